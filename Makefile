@@ -1,0 +1,47 @@
+# paratrain developer commands. Every target creates .venv if missing and installs the local CPU wheel of torch
+# first (pinned), so that no dependency ever pulls a multi-GB CUDA build. Second runs are quick (stamp files).
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip --disable-pip-version-check -q
+TORCH  := torch==2.13.0
+
+.PHONY: help install install-all test lint demo clean
+
+help:
+	@echo "make demo         create .venv, install paratrain, show this machine (gpus, doctor)"
+	@echo "make test         create .venv, install all extras + test tools, run lint and the whole test suite"
+	@echo "make install      core package only (torch, typer, rich, nvidia-ml-py, psutil)"
+	@echo "make install-all  every extra: [all,test]"
+	@echo "make lint         ruff"
+
+$(VENV)/.torch:
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PIP) install --upgrade pip
+	$(PIP) install $(TORCH)
+	touch $@
+
+$(VENV)/.core: $(VENV)/.torch pyproject.toml
+	$(PIP) install -e .
+	touch $@
+
+$(VENV)/.all: $(VENV)/.core pyproject.toml
+	$(PIP) install -e ".[all,test]"
+	touch $@
+
+install: $(VENV)/.core
+
+install-all: $(VENV)/.all
+
+lint: $(VENV)/.all
+	$(VENV)/bin/ruff check src tests examples benchmarks
+
+test: $(VENV)/.all
+	OMP_NUM_THREADS=1 $(PY) -m pytest
+
+demo: $(VENV)/.all
+	$(VENV)/bin/paratrain gpus
+	$(VENV)/bin/paratrain doctor
+
+clean:
+	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .ruff_cache

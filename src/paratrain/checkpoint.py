@@ -1,0 +1,159 @@
+"""Checkpoints in one format for every torch method, written atomically.
+
+Model and optimizer state go through ``torch.distributed.checkpoint`` keyed by parameter name, so a checkpoint
+written by N ranks of one method (sharded or not) loads on M ranks of another. Loop state (optimizer-step count,
+loader position, scheduler) and per-rank RNG states are small ``torch.save`` files read back with
+``weights_only=True``. Everything is written into a temporary sibling directory and renamed into place, so a crash
+mid-save leaves the previous checkpoint intact.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import warnings
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from paratrain.errors import CheckpointError
+from paratrain.strategies.base import Strategy
+
+FORMAT = "paratrain-checkpoint/1"
+META = "paratrain.json"
+TRAINER = "trainer_state.pt"
+
+
+def _dist() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def _rank() -> int:
+    return dist.get_rank() if _dist() else 0
+
+
+def _barrier() -> None:
+    if _dist():
+        dist.barrier()
+
+
+def _fsync_tree(root: Path) -> None:
+    for folder, _dirs, files in os.walk(root):
+        for name in files:
+            with open(os.path.join(folder, name), "rb") as fh:
+                os.fsync(fh.fileno())
+        fd = os.open(folder, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+def _rng_state() -> dict[str, Any]:
+    state: dict[str, Any] = {"torch": torch.get_rng_state(), "python": list(random.getstate()[1])}
+    if torch.cuda.is_available():
+        state["cuda"] = torch.cuda.get_rng_state()
+    return state
+
+
+def _set_rng_state(state: dict[str, Any]) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate((3, tuple(state["python"]), None))
+    if "cuda" in state and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+
+
+def save(path: str | os.PathLike, strategy: Strategy, model: torch.nn.Module,
+         optimizer: torch.optim.Optimizer | None, trainer_state: dict[str, Any]) -> Path:
+    import torch.distributed.checkpoint as dcp
+
+    final = Path(path).resolve()
+    if final.exists() and not (final / META).exists() and (not final.is_dir() or any(final.iterdir())):
+        raise CheckpointError(f"{final} exists and is not a paratrain checkpoint; refusing to overwrite it",
+                              hint="choose an empty or new directory")
+    tmp = final.with_name(f".{final.name}.tmp")
+    if _rank() == 0:
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir(parents=True)
+    _barrier()
+    dcp.save(strategy.state_dict(model, optimizer), checkpoint_id=str(tmp))
+    (tmp / "rng").mkdir(exist_ok=True)
+    torch.save(_rng_state(), tmp / "rng" / f"rank{_rank()}.pt")
+    _barrier()
+    if _rank() == 0:
+        torch.save(trainer_state, tmp / TRAINER)
+        meta = {"format": FORMAT, "strategy": strategy.spec, "world_size": strategy.world_size,
+                "step_count": trainer_state.get("step_count", 0), "torch": torch.__version__}
+        (tmp / META).write_text(json.dumps(meta, indent=2) + "\n")
+        _fsync_tree(tmp)
+        old = final.with_name(f".{final.name}.old")
+        shutil.rmtree(old, ignore_errors=True)
+        if final.exists():
+            final.rename(old)
+        tmp.rename(final)
+        shutil.rmtree(old, ignore_errors=True)
+    _barrier()
+    return final
+
+
+def read_meta(path: str | os.PathLike) -> dict[str, Any]:
+    folder = Path(path)
+    meta = folder / META
+    if not meta.is_file():
+        old = folder.with_name(f".{folder.name}.old")
+        extra = f" (a previous save was interrupted; the last good one is in {old})" if old.exists() else ""
+        raise CheckpointError(f"{folder} is not a paratrain checkpoint: {META} is missing{extra}",
+                              hint="pass the directory given to session.save()")
+    data = json.loads(meta.read_text())
+    if data.get("format") != FORMAT:
+        raise CheckpointError(f"{folder} has format {data.get('format')!r}; this paratrain reads {FORMAT}")
+    return data
+
+
+def _check_compatible(folder: Path, expected: dict[str, Any]) -> None:
+    """Compare parameter names and shapes before loading, so a wrong model gets a readable list, not a trace."""
+    import torch.distributed.checkpoint as dcp
+
+    stored = dcp.FileSystemReader(str(folder)).read_metadata().state_dict_metadata
+    have = {k[len("model."):]: v for k, v in stored.items() if k.startswith("model.")}
+    want = expected["model"]
+    missing = sorted(set(want) - set(have))
+    unexpected = sorted(set(have) - set(want))
+    wrong = sorted(k for k in set(want) & set(have)
+                   if hasattr(have[k], "size") and isinstance(want[k], torch.Tensor)
+                   and tuple(have[k].size) != tuple(want[k].shape))
+    if missing or unexpected or wrong:
+        parts = []
+        for label, keys in (("missing", missing), ("unexpected", unexpected), ("shape differs", wrong)):
+            if keys:
+                more = f" (+{len(keys) - 5} more)" if len(keys) > 5 else ""
+                parts.append(f"{label}: {', '.join(keys[:5])}{more}")
+        raise CheckpointError(f"checkpoint {folder} does not fit this model; " + "; ".join(parts),
+                              hint="load it into the same model architecture it was saved from")
+
+
+def load(path: str | os.PathLike, strategy: Strategy, model: torch.nn.Module,
+         optimizer: torch.optim.Optimizer | None) -> dict[str, Any]:
+    """Load model/optimizer in place and return the trainer state (step count, loader, scheduler)."""
+    import torch.distributed.checkpoint as dcp
+
+    folder = Path(path).resolve()
+    read_meta(folder)
+    state = strategy.state_dict(model, optimizer)
+    _check_compatible(folder, state)
+    if optimizer is None:
+        state.pop("optim", None)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*assuming the intent is to load in a single process.*")
+        dcp.load(state, checkpoint_id=str(folder))
+    strategy.load_state_dict(model, optimizer, state)
+    rng_file = folder / "rng" / f"rank{_rank()}.pt"
+    if not rng_file.exists():
+        rng_file = folder / "rng" / "rank0.pt"
+    if rng_file.exists():
+        _set_rng_state(torch.load(rng_file, weights_only=True))
+    return torch.load(folder / TRAINER, weights_only=True)

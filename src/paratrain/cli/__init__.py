@@ -1,0 +1,1 @@
+"""The `paratrain` command line: a thin layer that parses, calls the library and renders."""

@@ -1,0 +1,85 @@
+"""Entry point: the typer app, global flags, and the one place errors become one-line messages."""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+
+import typer
+
+from paratrain import __version__
+from paratrain.console import err
+from paratrain.errors import ParatrainError
+
+app = typer.Typer(
+    name="paratrain",
+    help="Train one script under every parallel method (DataParallel, DDP, FSDP, DeepSpeed, Horovod, "
+    "tf.distribute), compare them on your machine, and pick one.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+_state = {"debug": False}
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"paratrain {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _global(
+    debug: bool = typer.Option(False, "--debug", help="Show full tracebacks instead of one-line errors."),
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="Print the version and exit."),
+) -> None:
+    _state["debug"] = debug or os.environ.get("PARATRAIN_DEBUG") == "1"
+
+
+def _register() -> None:
+    from paratrain.cli import doctor, gpus, run, strategies
+
+    for module in (gpus, doctor, strategies, run):
+        module.register(app)
+
+
+def _fail(text: str, code: int) -> int:
+    err.print(f"[bold red]paratrain: error:[/bold red] {text}", markup=True, highlight=False)
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    _register()
+    command = typer.main.get_command(app)
+    try:
+        rv = command.main(args=args, prog_name="paratrain", standalone_mode=False)
+    except typer.Exit as exc:
+        return exc.exit_code
+    except typer.TyperException as exc:  # usage errors: unknown command, unknown flag, bad value
+        ctx = getattr(exc, "ctx", None)
+        where = f"{ctx.command_path} --help" if ctx is not None else "paratrain --help"
+        return _fail(f"{exc.format_message()} (see `{where}`)", getattr(exc, "exit_code", 2) or 2)
+    except (typer.Abort, KeyboardInterrupt):
+        return _fail("interrupted", 130)
+    except ParatrainError as exc:
+        if _state["debug"]:
+            traceback.print_exc()
+        return _fail(exc.one_line(), exc.exit_code)
+    except Exception as exc:
+        if _state["debug"]:
+            raise
+        return _fail(f"{type(exc).__name__}: {exc} (this is a bug in paratrain; rerun with --debug and report it)",
+                     1)
+    return rv if isinstance(rv, int) else 0
+
+
+def entry() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":
+    entry()

@@ -1,0 +1,77 @@
+"""`paratrain run`: the same script under any method, on one machine or several."""
+
+from __future__ import annotations
+
+import typer
+
+from paratrain.cli._render import print_json
+from paratrain.console import out
+
+HELP = """Run SCRIPT under a training method.
+
+Everything after SCRIPT is passed to it unchanged. torch methods start through torchrun
+(torch.distributed.run: rendezvous, restarts, per-rank error files); single and dp run as one process.
+The method reaches the script's paratrain.Session through PARATRAIN_* variables, and plain torchrun
+scripts (init_process_group from RANK/WORLD_SIZE) run unchanged too.
+
+Options may also come from paratrain.toml in the current directory, or --config FILE (flags win).
+
+Examples:
+  paratrain run --strategy ddp --nproc 2 train.py --lr 3e-4
+  paratrain run -s fsdp:shard=grad_op -n 4 train.py
+  paratrain run -s ddp --nnodes 2 --node-rank 0 --master node0:29500 train.py
+"""
+
+
+def run(
+    script: str = typer.Argument(None, metavar="SCRIPT", help="Your training script.", show_default=False),
+    args: list[str] = typer.Argument(None, metavar="[ARGS]...", help="Arguments for the script.",
+                                     show_default=False),
+    strategy: str = typer.Option(None, "--strategy", "-s",
+                                 help="Method spec: single, dp, ddp, fsdp[:shard=full|grad_op|none], ... "
+                                      "(default ddp; see `paratrain strategies`)."),
+    nproc: int = typer.Option(None, "--nproc", "-n",
+                              help="Processes per node (default: one per visible GPU, 2 on a CPU-only machine)."),
+    nnodes: int = typer.Option(None, "--nnodes", help="Number of machines (default 1)."),
+    node_rank: int = typer.Option(None, "--node-rank", help="This machine's index, 0..nnodes-1."),
+    master: str = typer.Option(None, "--master", help="HOST:PORT of node 0 (default: a free local port)."),
+    max_restarts: int = typer.Option(None, "--max-restarts", help="Restart the whole job up to K times."),
+    timeout: float = typer.Option(None, "--timeout",
+                                  help="Seconds any collective may wait before a stuck rank becomes an error."),
+    config: str = typer.Option(None, "--config", help="TOML file with these options (default ./paratrain.toml)."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved options and launch command; run nothing."),
+    json_out: bool = typer.Option(False, "--json", help="With --dry-run: print the plan as JSON."),
+    verbose: bool = typer.Option(None, "--verbose", "-v", help="Show torchrun's own logging."),
+) -> None:
+    from paratrain.errors import ConfigError
+    from paratrain.launch import build_plan, execute, load_config
+    from paratrain.launch.config import merge
+
+    if json_out and not dry_run:
+        raise ConfigError("--json only applies to --dry-run", hint="add --dry-run, or drop --json")
+    flags = {"strategy": strategy, "nproc": nproc, "nnodes": nnodes, "node_rank": node_rank, "master": master,
+             "max_restarts": max_restarts, "timeout": timeout, "verbose": verbose,
+             "script": script, "args": list(args or [])}
+    plan = build_plan(merge(load_config(config), flags))
+    if dry_run:
+        info = {"config": plan.config.as_dict(), "strategy": plan.spec, "launcher": str(plan.launcher),
+                "nproc_per_node": plan.nproc, "world_size": plan.world_size, "env": plan.env,
+                "command": plan.command_line()}
+        if json_out:
+            print_json(info)
+        else:
+            for key in ("strategy", "launcher", "nproc_per_node", "world_size"):
+                out.print(f"{key:15} {info[key]}", markup=False)
+            for key, value in plan.config.as_dict().items():
+                out.print(f"{key:15} {value}", markup=False)
+            out.print(f"command        {info['command']}", markup=False)
+        return
+    execute(plan)
+
+
+def register(app: typer.Typer) -> None:
+    app.command(
+        "run",
+        help=HELP,
+        context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True},
+    )(run)

@@ -1,0 +1,63 @@
+"""The launch environment, read once.
+
+Launchers speak to workers only through environment variables: torchrun's ``RANK``/``WORLD_SIZE``/... and
+paratrain's own ``PARATRAIN_*`` (method name, its options, timeout). Reading them in one place into a frozen object
+keeps the rest of the code free of ``os.environ`` look-ups.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+PREFIX = "PARATRAIN_"
+STRATEGY_VAR = "PARATRAIN_STRATEGY"
+TIMEOUT_VAR = "PARATRAIN_TIMEOUT"
+NPROC_VAR = "PARATRAIN_NPROC"
+# Variables that are paratrain's own settings rather than method options.
+RESERVED = {STRATEGY_VAR, TIMEOUT_VAR, NPROC_VAR, "PARATRAIN_HOME", "PARATRAIN_DEBUG", "PARATRAIN_METRICS"}
+
+
+def option_var(name: str) -> str:
+    """The environment variable that carries one method option (``zero_stage`` -> ``PARATRAIN_ZERO_STAGE``)."""
+    return PREFIX + name.upper()
+
+
+@dataclass(frozen=True)
+class DistEnv:
+    rank: int = 0
+    local_rank: int = 0
+    world_size: int = 1
+    local_world_size: int = 1
+    launched: bool = False  # started by torchrun (or compatible): RANK and WORLD_SIZE are set
+    strategy: str | None = None  # method name from PARATRAIN_STRATEGY (may carry a ":opts" spec)
+    options: Mapping[str, str] = field(default_factory=dict)  # raw PARATRAIN_<OPTION> values, lower-cased keys
+    timeout_s: float | None = None
+    master: str | None = None
+
+    @classmethod
+    def from_environ(cls, environ: Mapping[str, str] | None = None) -> DistEnv:
+        env = os.environ if environ is None else environ
+        launched = "RANK" in env and "WORLD_SIZE" in env
+        world = int(env.get("WORLD_SIZE", "1"))
+        timeout = env.get(TIMEOUT_VAR)
+        options = {
+            key[len(PREFIX):].lower(): value
+            for key, value in env.items()
+            if key.startswith(PREFIX) and key not in RESERVED
+        }
+        master = None
+        if "MASTER_ADDR" in env:
+            master = f"{env['MASTER_ADDR']}:{env.get('MASTER_PORT', '')}"
+        return cls(
+            rank=int(env.get("RANK", "0")),
+            local_rank=int(env.get("LOCAL_RANK", "0")),
+            world_size=world,
+            local_world_size=int(env.get("LOCAL_WORLD_SIZE", str(world))),
+            launched=launched,
+            strategy=env.get(STRATEGY_VAR) or None,
+            options=options,
+            timeout_s=float(timeout) if timeout else None,
+            master=master,
+        )

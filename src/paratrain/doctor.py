@@ -1,0 +1,148 @@
+"""What can run here: every method's availability and the versions of the backends behind them.
+
+Each check is isolated: optional backends (DeepSpeed, Horovod, TensorFlow) are probed in a subprocess with a time
+limit, so one that hangs or crashes on import shows as "check failed" instead of breaking the report.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import TimeoutError as FutureTimeout
+from dataclasses import asdict, dataclass, field
+from importlib import metadata
+
+from paratrain.strategies import registry
+
+CHECK_TIMEOUT_S = 20.0
+
+
+@dataclass(frozen=True)
+class MethodStatus:
+    name: str
+    framework: str
+    launcher: str
+    status: str  # "available" | "not available" | "not implemented" | "check failed"
+    reason: str
+    fix: str
+
+
+@dataclass(frozen=True)
+class Component:
+    name: str
+    version: str | None  # None when not installed / not built
+    detail: str = ""
+    fix: str = ""
+
+
+@dataclass
+class Report:
+    methods: list[MethodStatus] = field(default_factory=list)
+    components: list[Component] = field(default_factory=list)
+
+    def to_json(self) -> dict:
+        return {"methods": [asdict(m) for m in self.methods], "components": [asdict(c) for c in self.components]}
+
+
+def _dist_version(*names: str) -> str | None:
+    for name in names:
+        try:
+            return metadata.version(name)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _probe(code: str, timeout: float) -> dict:
+    """Run a snippet that prints one JSON object, in its own interpreter, with a time limit."""
+    try:
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"check timed out after {timeout:g} s"}
+    if proc.returncode != 0:
+        last = (proc.stderr.strip().splitlines() or ["exited with code %d" % proc.returncode])[-1]
+        return {"error": last}
+    try:
+        return json.loads(proc.stdout.strip().splitlines()[-1])
+    except (json.JSONDecodeError, IndexError):
+        return {"error": "unreadable check output"}
+
+
+_HOROVOD_PROBE = """
+import json, horovod.torch as hvd
+print(json.dumps({"controllers": [n for n, f in (("mpi", hvd.mpi_built), ("gloo", hvd.gloo_built)) if f()],
+                  "ops": [n for n, f in (("nccl", hvd.nccl_built), ("ddl", hvd.ddl_built), ("ccl", hvd.ccl_built))
+                          if f()]}))
+"""
+
+
+def torch_components() -> list[Component]:
+    import torch
+    import torch.distributed as dist
+
+    out = [Component("torch", torch.__version__)]
+    cuda = torch.version.cuda
+    gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    out.append(Component("CUDA", cuda, f"{gpus} GPU(s) visible" if cuda else "CPU-only torch build"))
+    nccl = None
+    if cuda and dist.is_available() and dist.is_nccl_available():
+        try:
+            nccl = ".".join(map(str, torch.cuda.nccl.version()))
+        except Exception:  # noqa: BLE001 - a broken NCCL is a report line, not a crash
+            nccl = None
+    out.append(Component("NCCL", nccl, "" if nccl else "not available (needs a CUDA build of torch and a GPU)"))
+    gloo = dist.is_available() and dist.is_gloo_available()
+    out.append(Component("gloo", "built in" if gloo else None, "CPU collectives" if gloo else "not built"))
+    mpi = dist.is_available() and dist.is_mpi_available()
+    out.append(Component("MPI (torch)", "built in" if mpi else None, "" if mpi else "not built (optional)"))
+    return out
+
+
+def backend_components(timeout: float = CHECK_TIMEOUT_S) -> list[Component]:
+    out = []
+    ds = _dist_version("deepspeed")
+    out.append(Component("DeepSpeed", ds, "" if ds else "not installed",
+                         "" if ds else 'pip install "paratrain[deepspeed]"'))
+    hvd = _dist_version("horovod")
+    if hvd:
+        info = _probe(_HOROVOD_PROBE, timeout)
+        detail = (f"error: {info['error']}" if "error" in info
+                  else f"controllers: {', '.join(info['controllers']) or 'none'}; "
+                       f"GPU ops: {', '.join(info['ops']) or 'none'}")
+        out.append(Component("Horovod", hvd, detail))
+    else:
+        out.append(Component("Horovod", None, "not installed", "paratrain setup horovod"))
+    tf = _dist_version("tensorflow", "tensorflow-cpu")
+    out.append(Component("TensorFlow", tf, "" if tf else "not installed",
+                         "" if tf else 'pip install "paratrain[tf]"'))
+    return out
+
+
+def method_statuses(timeout: float = CHECK_TIMEOUT_S) -> list[MethodStatus]:
+    def check(entry: registry.MethodInfo) -> MethodStatus:
+        base = {"name": str(entry.method), "framework": entry.framework, "launcher": str(entry.launcher)}
+        if not entry.implemented:
+            return MethodStatus(**base, status="not implemented", reason="planned; not in this version", fix="")
+        avail = entry.load().available()
+        return MethodStatus(**base, status="available" if avail.ok else "not available",
+                            reason=avail.reason, fix=avail.fix)
+
+    out = []
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        futures = [(entry, pool.submit(check, entry)) for entry in registry.REGISTRY.values()]
+        for entry, fut in futures:
+            try:
+                out.append(fut.result(timeout=timeout))
+            except FutureTimeout:
+                out.append(MethodStatus(str(entry.method), entry.framework, str(entry.launcher), "check failed",
+                                        f"check timed out after {timeout:g} s", ""))
+            except Exception as exc:  # noqa: BLE001 - one broken backend never breaks the report
+                out.append(MethodStatus(str(entry.method), entry.framework, str(entry.launcher), "check failed",
+                                        f"{type(exc).__name__}: {exc}", ""))
+    return out
+
+
+def run_checks(timeout: float = CHECK_TIMEOUT_S) -> Report:
+    return Report(methods=method_statuses(timeout), components=torch_components() + backend_components(timeout))

@@ -1,0 +1,87 @@
+"""Launch options from flags and an optional ``paratrain.toml`` (flags win)."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from paratrain.errors import ConfigError, did_you_mean
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover - Python 3.10
+    import tomli as tomllib
+
+DEFAULT_CONFIG = "paratrain.toml"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunConfig:
+    strategy: str = "ddp"
+    nproc: int | None = None  # per node; None = one per visible GPU, or 2 on a CPU-only machine
+    nnodes: int = 1
+    node_rank: int = 0
+    master: str | None = None  # HOST:PORT of node 0; None = local rendezvous on a free port
+    max_restarts: int = 0
+    timeout: float | None = None  # seconds for every collective
+    verbose: bool = False
+    script: str = ""
+    args: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.nproc is not None and self.nproc < 1:
+            raise ConfigError(f"--nproc {self.nproc} must be 1 or more")
+        if self.nnodes < 1:
+            raise ConfigError(f"--nnodes {self.nnodes} must be 1 or more")
+        if not 0 <= self.node_rank < self.nnodes:
+            raise ConfigError(f"--node-rank {self.node_rank} must be between 0 and {self.nnodes - 1}")
+        if self.max_restarts < 0:
+            raise ConfigError(f"--max-restarts {self.max_restarts} must be 0 or more")
+        if self.timeout is not None and self.timeout <= 0:
+            raise ConfigError(f"--timeout {self.timeout} must be a positive number of seconds")
+        if self.nnodes > 1 and not self.master:
+            raise ConfigError(f"--nnodes {self.nnodes} needs --master HOST:PORT (the address of node 0)",
+                              hint="e.g. --master 10.0.0.1:29500 on every node")
+        if self.master is not None:
+            host, sep, port = self.master.rpartition(":")
+            if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+                raise ConfigError(f'--master "{self.master}" is not HOST:PORT', hint="e.g. --master node0:29500")
+
+    def as_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+FILE_KEYS = {f.name for f in dataclasses.fields(RunConfig)} - {"script", "args"}
+
+
+def load_config(path: str | None) -> dict[str, Any]:
+    """Read launch options from a TOML file (top level, or a ``[run]`` table). Missing default file = {}."""
+    file = Path(path) if path else Path(DEFAULT_CONFIG)
+    if not file.exists():
+        if path:
+            raise ConfigError(f"config file {file} does not exist", hint="check the path given to --config")
+        return {}
+    try:
+        data = tomllib.loads(file.read_text())
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{file} is not valid TOML: {exc}") from None
+    data = data.get("run", data)
+    values = {k.replace("-", "_"): v for k, v in data.items()}
+    for key in values:
+        if key not in FILE_KEYS:
+            raise ConfigError(f'{file}: unknown key "{key}".{did_you_mean(key, FILE_KEYS)}',
+                              hint=f"allowed: {', '.join(sorted(FILE_KEYS))}")
+    return values
+
+
+def merge(file_values: dict[str, Any], flags: dict[str, Any]) -> RunConfig:
+    """Flags that were given (not None) override the file; the file overrides the defaults."""
+    values = dict(file_values)
+    values.update({k: v for k, v in flags.items() if v is not None})
+    try:
+        return RunConfig(**values)
+    except TypeError as exc:
+        raise ConfigError(f"bad launch option: {exc}") from None

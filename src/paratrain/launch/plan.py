@@ -1,0 +1,155 @@
+"""Turn a RunConfig into a concrete launch (torchrun arguments or one local process) and run it.
+
+torch methods go through ``torch.distributed.run`` called in-process (rendezvous, restarts, per-rank error files are
+torchrun's); single and dp run as one plain process. The worker sees the method only through ``PARATRAIN_*``
+variables, so the user's script never changes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from paratrain.console import notice
+from paratrain.distenv import NPROC_VAR, STRATEGY_VAR, TIMEOUT_VAR, option_var
+from paratrain.errors import ConfigError, LaunchError
+from paratrain.launch.config import RunConfig
+from paratrain.strategies import registry
+from paratrain.strategies.base import Launcher, format_spec
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    config: RunConfig
+    spec: str  # normalised method spec, e.g. "fsdp:shard=grad_op"
+    launcher: Launcher
+    nproc: int
+    env: dict[str, str] = field(default_factory=dict)  # added to the workers' environment
+    argv: list[str] = field(default_factory=list)  # torchrun arguments, or the local command
+
+    @property
+    def world_size(self) -> int:
+        return self.nproc * self.config.nnodes
+
+    def command_line(self) -> str:
+        """What this launch is, as a shell command a user could run themselves."""
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
+        if self.launcher is Launcher.TORCHRUN:
+            cmd = [sys.executable, "-m", "torch.distributed.run", *self.argv]
+        else:
+            cmd = self.argv
+        return f"{env} {shlex.join(cmd)}".strip()
+
+
+def _gpu_count() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def build_plan(config: RunConfig) -> LaunchPlan:
+    cls, options = registry.resolve(config.strategy)
+    registry.require_available(cls)
+    if not config.script:
+        raise ConfigError("no script given", hint="paratrain run --strategy ddp --nproc 2 train.py")
+    if config.script.startswith("-"):
+        raise ConfigError(f"no such option: {config.script}", hint="see `paratrain run --help`")
+    script = Path(config.script)
+    if not script.is_file():
+        raise ConfigError(f"script {script} does not exist", hint="give the path of your training script")
+    info = registry.info(cls.method)
+    spec = format_spec(cls.method, options)
+    env = {STRATEGY_VAR: str(cls.method)}
+    env.update({option_var(k): v for k, v in options.to_strings().items()})
+    if config.timeout:
+        env[TIMEOUT_VAR] = f"{config.timeout:g}"
+    env.setdefault("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "1"))
+
+    if info.launcher is Launcher.LOCAL:
+        if (config.nproc or 1) > 1 or config.nnodes > 1:
+            raise ConfigError(
+                f"{cls.method} runs as one process, so --nproc {config.nproc} --nnodes {config.nnodes} "
+                "cannot be honoured",
+                hint=f"use --strategy ddp --nproc {config.nproc or 2} for several processes",
+            )
+        env[NPROC_VAR] = "1"
+        return LaunchPlan(config, spec, info.launcher, 1, env, [sys.executable, str(script), *config.args])
+    if info.launcher is not Launcher.TORCHRUN:
+        raise ConfigError(f"{cls.method} is launched by {info.launcher}, which this version cannot start yet")
+
+    gpus = _gpu_count()
+    nproc = config.nproc or (gpus if gpus else 2)
+    if gpus and nproc > gpus:
+        raise ConfigError(f"--nproc {nproc} asks for more processes than the {gpus} visible GPUs",
+                          hint=f"use --nproc {gpus} or fewer (one process per GPU)")
+    env[NPROC_VAR] = str(nproc)
+    argv = [f"--nproc-per-node={nproc}", f"--max-restarts={config.max_restarts}"]
+    if config.master:
+        host, _, port = config.master.rpartition(":")
+        argv += [f"--nnodes={config.nnodes}", f"--node-rank={config.node_rank}",
+                 f"--master-addr={host}", f"--master-port={port}"]
+    else:
+        argv += ["--standalone"]
+    argv += ["--module", "paratrain.launch.worker", str(script), *config.args]
+    return LaunchPlan(config, spec, info.launcher, nproc, env, argv)
+
+
+def _quiet_torchrun(verbose: bool) -> None:
+    level = logging.INFO if verbose else logging.CRITICAL
+    for name in list(logging.root.manager.loggerDict):
+        if name.startswith("torch.distributed"):
+            logging.getLogger(name).setLevel(level)
+
+
+def execute(plan: LaunchPlan) -> int:
+    """Run the plan; returns 0, or raises LaunchError carrying the failing rank's exit code."""
+    os.environ.update(plan.env)
+    start = time.perf_counter()
+    if plan.launcher is Launcher.LOCAL:
+        code = subprocess.call(plan.argv)
+        if code != 0:
+            raise LaunchError(f"{plan.spec} process exited with code {code}", exit_code=code)
+    else:
+        _run_torchrun(plan)
+    where = "GPU" if _gpu_count() else "CPU"
+    notice(f"{plan.spec} × {plan.world_size} process{'es' if plan.world_size > 1 else ''} ({where}) "
+           f"finished in {time.perf_counter() - start:.1f} s")
+    return 0
+
+
+def _run_torchrun(plan: LaunchPlan) -> None:
+    from torch.distributed import run as torchrun
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+
+    _quiet_torchrun(plan.config.verbose)
+    args = torchrun.parse_args(plan.argv)
+    _quiet_torchrun(plan.config.verbose)
+    try:
+        torchrun.run(args)
+    except ChildFailedError as exc:
+        rank, failure = exc.get_first_failure()
+        raise LaunchError(_failure_line(rank, failure), exit_code=_exit_code(failure.exitcode)) from None
+
+
+def _exit_code(code: int) -> int:
+    return 128 - code if code < 0 else code  # killed by signal N -> 128+N, as shells report it
+
+
+def _failure_line(rank: int, failure) -> str:
+    data = failure.error_file_data or {}
+    message = data.get("message") if isinstance(data, dict) else None
+    text = ""
+    if isinstance(message, dict):
+        text = str(message.get("message", "")).strip()
+    elif message:
+        text = str(message).strip()
+    if not text and failure.exitcode < 0:
+        text = f"killed by signal {-failure.exitcode}"
+    last = text.splitlines()[-1] if text else "see its output above"
+    return f"rank {rank} failed first (exit code {_exit_code(failure.exitcode)}): {last}"

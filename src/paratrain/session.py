@@ -1,0 +1,228 @@
+"""``Session``: one training API for every PyTorch method.
+
+The Session resolves the method (from the launcher's environment, or its argument), then delegates every step to
+that Strategy. It holds the loop bookkeeping that is the same for all methods: global-batch sharding, loss
+weighting for uneven chunks and gradient accumulation, the optimizer-step counter and checkpoints.
+"""
+
+from __future__ import annotations
+
+import atexit
+import sys
+from typing import Any, Literal
+
+import torch
+import torch.distributed as dist
+
+from paratrain import checkpoint, metrics
+from paratrain.console import user_print
+from paratrain.data import MicroBatch, ShardedLoader
+from paratrain.distenv import DistEnv
+from paratrain.errors import ConfigError, LaunchError
+from paratrain.strategies import registry
+from paratrain.strategies.base import BackwardSyncControl, Launcher, Strategy
+
+ReduceOp = Literal["mean", "sum", "max", "min"]
+
+
+class Session:
+    """Train one model under the method chosen by ``paratrain run`` (or ``Session("ddp")``).
+
+    ``grad_accum=K`` splits every global batch into K micro-batches per rank and steps the optimizer once per
+    global batch, so K never changes the math. ``per_rank_batch=True`` reads the loader's batch_size as per rank.
+    ``seed`` seeds the (rank-identical) shuffle of a ``shuffle=True`` loader.
+    """
+
+    def __init__(
+        self,
+        strategy: str | None = None,
+        *,
+        grad_accum: int = 1,
+        per_rank_batch: bool = False,
+        seed: int = 0,
+    ) -> None:
+        if grad_accum < 1:
+            raise ConfigError(f"grad_accum={grad_accum} must be 1 or more")
+        self.env = DistEnv.from_environ()
+        spec = _choose_spec(strategy, self.env)
+        cls, options = registry.resolve(spec, self.env.options)
+        registry.require_available(cls)
+        if registry.info(cls.method).launcher is Launcher.TORCHRUN and not self.env.launched:
+            script = sys.argv[0] if sys.argv and sys.argv[0] else "train.py"
+            raise LaunchError(
+                f"strategy {cls.method} needs one process per rank, but this script was started directly",
+                hint=f"run `paratrain run --strategy {spec} --nproc 2 {script}`",
+            )
+        self._strategy: Strategy = cls(options, self.env)
+        self.grad_accum = grad_accum
+        self.per_rank_batch = per_rank_batch
+        self.seed = seed
+        self.step_count = 0
+        self._micro_done = 0
+        self._loss_weight = 1.0 / grad_accum
+        self._model: torch.nn.Module | None = None
+        self._optimizer: torch.optim.Optimizer | None = None
+        self._scheduler: Any = None
+        self._loader: ShardedLoader | None = None
+        self._closed = False
+        self._strategy.setup()
+        self._metrics = metrics.StepRecorder.from_env(self.rank)
+        atexit.register(self.close)
+
+    # -- identity -------------------------------------------------------------------------------------------
+    @property
+    def strategy(self) -> str:
+        return self._strategy.spec
+
+    @property
+    def rank(self) -> int:
+        return self.env.rank
+
+    @property
+    def local_rank(self) -> int:
+        return self.env.local_rank
+
+    @property
+    def world_size(self) -> int:
+        return self.env.world_size
+
+    @property
+    def device(self) -> torch.device:
+        assert self._strategy.device is not None  # set by setup()
+        return self._strategy.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    # -- training -------------------------------------------------------------------------------------------
+    def prepare(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,
+                loader: torch.utils.data.DataLoader | None = None, scheduler: Any = None) -> tuple:
+        """Wrap the model (and optimizer) for the method and shard the loader; returns them in the same order."""
+        if self._model is not None:
+            raise ConfigError("prepare() was already called on this Session", hint="call it once per Session")
+        model, optimizer = self._strategy.wrap(model, optimizer)
+        self._model, self._optimizer, self._scheduler = model, optimizer, scheduler
+        if loader is not None:
+            self._loader = ShardedLoader(
+                loader, rank=self.rank, world_size=self.world_size, grad_accum=self.grad_accum,
+                per_rank_batch=self.per_rank_batch, device=self.device, seed=self.seed,
+                on_micro_batch=self._on_micro_batch,
+            )
+        out: tuple = (model, optimizer, self._loader)
+        return (*out, scheduler) if scheduler is not None else out
+
+    def _on_micro_batch(self, micro: MicroBatch) -> None:
+        self._loss_weight = micro.weight
+        if self.grad_accum > 1 and isinstance(self._strategy, BackwardSyncControl) and self._model is not None:
+            # Gradient sync is decided before forward (DDP), so it is set as the batch is handed out.
+            self._strategy.set_grad_sync(self._model, micro.last)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        """Backward of this rank's (mean) loss, weighted so the synchronised gradient is the global-batch mean."""
+        self._metrics.backward_start()
+        weight = self._loss_weight
+        self._strategy.backward(loss if weight == 1.0 else loss * weight)
+        self._micro_done += 1
+
+    def step(self) -> None:
+        """Optimizer step + zero_grad (+ scheduler), once every ``grad_accum`` backward calls."""
+        if self._micro_done < self.grad_accum:
+            return
+        self._micro_done = 0
+        if self._optimizer is None:
+            raise ConfigError("step() needs an optimizer", hint="pass it to session.prepare(model, optimizer)")
+        self._strategy.step(self._optimizer)
+        self._optimizer.zero_grad(set_to_none=True)
+        if self._scheduler is not None:
+            self._scheduler.step()
+        self.step_count += 1
+        self._metrics.step_end(self.step_count)
+
+    # -- collectives and output -----------------------------------------------------------------------------
+    def all_reduce(self, value: torch.Tensor | float, op: ReduceOp = "mean") -> torch.Tensor | float:
+        """Reduce a tensor or number over ranks; returns the same kind it was given (detached)."""
+        is_tensor = isinstance(value, torch.Tensor)
+        t = value.detach().clone() if is_tensor else torch.tensor(float(value))
+        if dist.is_initialized() and self.world_size > 1:
+            ops = {"mean": dist.ReduceOp.SUM, "sum": dist.ReduceOp.SUM,
+                   "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
+            if op not in ops:
+                raise ConfigError(f'all_reduce op "{op}" is not one of mean, sum, max, min')
+            orig_device = t.device
+            t = t.to(self.device)
+            dist.all_reduce(t, op=ops[op])
+            if op == "mean":
+                t = t / self.world_size
+            t = t.to(orig_device)
+        return t if is_tensor else t.item()
+
+    def print(self, *args: object, **kwargs: Any) -> None:
+        """print() on the main rank only."""
+        if self.is_main:
+            user_print(*args, **kwargs)
+
+    def barrier(self) -> None:
+        if dist.is_initialized():
+            dist.barrier()
+
+    # -- state ----------------------------------------------------------------------------------------------
+    def model_state_dict(self) -> dict[str, torch.Tensor]:
+        """The full (unsharded) model state on every rank, keyed like the user's own module."""
+        self._require_model()
+        return self._strategy.full_model_state_dict(self._model)
+
+    def save(self, path: str) -> None:
+        """Write a checkpoint directory atomically; every rank must call it."""
+        self._require_model()
+        checkpoint.save(path, self._strategy, self._model, self._optimizer, self._trainer_state())
+
+    def load(self, path: str) -> None:
+        """Restore a checkpoint written by any method at any world size; every rank must call it."""
+        self._require_model()
+        state = checkpoint.load(path, self._strategy, self._model, self._optimizer)
+        self.step_count = int(state.get("step_count", 0))
+        if self._scheduler is not None and state.get("scheduler") is not None:
+            self._scheduler.load_state_dict(state["scheduler"])
+        if self._loader is not None and state.get("loader") is not None:
+            self._loader.load_state_dict(state["loader"])
+
+    def _trainer_state(self) -> dict[str, Any]:
+        return {
+            "step_count": self.step_count,
+            "scheduler": self._scheduler.state_dict() if self._scheduler is not None else None,
+            "loader": self._loader.state_dict() if self._loader is not None else None,
+        }
+
+    def _require_model(self) -> None:
+        if self._model is None:
+            raise ConfigError("call session.prepare(model, optimizer, loader) first")
+
+    # -- lifecycle ------------------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Leave the process group. Called automatically at exit; safe to call twice."""
+        if self._closed:
+            return
+        self._closed = True
+        self._metrics.close()
+        self._strategy.teardown()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _choose_spec(requested: str | None, env: DistEnv) -> str:
+    if requested and env.strategy and registry.parse_spec(requested)[0] != registry.parse_spec(env.strategy)[0]:
+        raise ConfigError(
+            f'the script asks for Session("{requested}") but was launched with --strategy {env.strategy}',
+            hint="drop the argument so the launcher decides, or launch with the same --strategy",
+        )
+    if env.strategy:
+        return env.strategy
+    if requested:
+        return requested
+    # A native torchrun launch of a Session script: several ranks mean DDP, never independent copies.
+    return "ddp" if env.launched and env.world_size > 1 else "single"

@@ -1,0 +1,268 @@
+"""The Strategy protocol, method names, availability and spec parsing.
+
+Every training method is one small class behind :class:`Strategy`; nothing else in paratrain branches on a method
+name. Optional abilities are separate mixins (:class:`BackwardSyncControl`) rather than flags, so a method declares
+what it can do by what it inherits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import typing
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from paratrain.errors import ConfigError, UnknownStrategyError, did_you_mean
+
+if TYPE_CHECKING:
+    import torch
+
+    from paratrain.distenv import DistEnv
+
+
+class Method(str, enum.Enum):
+    """Registry keys. Compared by value, never by substring."""
+
+    SINGLE = "single"
+    DP = "dp"
+    DDP = "ddp"
+    FSDP = "fsdp"
+    DEEPSPEED = "deepspeed"
+    HOROVOD = "horovod"
+    MIRRORED = "mirrored"
+    MULTIWORKER = "multiworker"
+
+    def __str__(self) -> str:
+        return self.value
+
+
+class Launcher(str, enum.Enum):
+    """How `paratrain run` starts a method's processes."""
+
+    LOCAL = "local"  # one plain process
+    TORCHRUN = "torchrun"  # torch.distributed.run
+    HOROVODRUN = "horovodrun"
+    TFCONFIG = "tfconfig"  # one process per worker with TF_CONFIG
+
+    def __str__(self) -> str:
+        return self.value
+
+
+@dataclass(frozen=True)
+class Availability:
+    """Whether a method can run here; when not, why and the command that fixes it."""
+
+    ok: bool
+    reason: str = ""
+    fix: str = ""
+
+    @classmethod
+    def yes(cls, reason: str = "") -> Availability:
+        return cls(True, reason)
+
+
+@dataclass(frozen=True, kw_only=True)
+class StrategyOptions:
+    """Base for a method's options: a frozen dataclass that validates itself in ``__post_init__``.
+
+    ``shorthands`` maps a bare spec token (``zero2``) to the fields it sets, so ``deepspeed:zero2`` and
+    ``deepspeed:zero_stage=2`` mean the same thing.
+    """
+
+    shorthands: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
+
+    @classmethod
+    def field_names(cls) -> list[str]:
+        return [f.name for f in dataclasses.fields(cls)]
+
+    @classmethod
+    def from_strings(cls, method: str, values: Mapping[str, str]) -> StrategyOptions:
+        """Build options from ``name -> text`` pairs, converting each text to the field's declared type."""
+        hints = typing.get_type_hints(cls)
+        kwargs: dict[str, Any] = {}
+        for key, text in values.items():
+            if key not in hints or key == "shorthands":
+                allowed = ", ".join(cls.field_names()) or "none"
+                raise UnknownStrategyError(
+                    f'{method} has no option "{key}" (options: {allowed}).{did_you_mean(key, cls.field_names())}',
+                    hint=f"see `paratrain strategies` for the options of {method}",
+                )
+            kwargs[key] = _convert(method, key, text, hints[key])
+        try:
+            return cls(**kwargs)
+        except (TypeError, ValueError) as exc:
+            raise ConfigError(f"bad options for {method}: {exc}") from None
+
+    def to_strings(self) -> dict[str, str]:
+        """The inverse of :meth:`from_strings`, used to pass options to workers through the environment."""
+        out = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if value is None:
+                continue
+            out[f.name] = str(value).lower() if isinstance(value, bool) else str(value)
+        return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class NoOptions(StrategyOptions):
+    """For methods that take no options."""
+
+
+def _convert(method: str, key: str, text: str, hint: Any) -> Any:
+    origin = typing.get_origin(hint)
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if origin is typing.Literal:
+        choices = [str(a) for a in typing.get_args(hint)]
+        if text not in choices:
+            raise ConfigError(
+                f'{method} option {key}="{text}" is not one of {", ".join(choices)}.{did_you_mean(text, choices)}'
+            )
+        return text
+    if origin is typing.Union or (origin is not None and args):
+        if len(args) == 1:
+            return _convert(method, key, text, args[0])
+    if hint is bool:
+        if text.lower() in ("1", "true", "yes", "on"):
+            return True
+        if text.lower() in ("0", "false", "no", "off"):
+            return False
+        raise ConfigError(f'{method} option {key}="{text}" is not a boolean (use true or false)')
+    if hint is int:
+        try:
+            return int(text)
+        except ValueError:
+            raise ConfigError(f'{method} option {key}="{text}" is not an integer') from None
+    if hint is float:
+        try:
+            return float(text)
+        except ValueError:
+            raise ConfigError(f'{method} option {key}="{text}" is not a number') from None
+    return text
+
+
+class Strategy(ABC):
+    """One training method. The Session calls these, in this order, and nothing else.
+
+    ``setup`` joins the process group and picks the device; ``wrap`` returns the model and optimizer to train with
+    (possibly new objects, e.g. sharded parameters); ``backward``/``step`` run one micro-batch / one optimizer step;
+    ``state_dict``/``load_state_dict`` give a method-neutral view for checkpoints; ``teardown`` releases everything.
+    """
+
+    method: ClassVar[Method]
+    options_type: ClassVar[type[StrategyOptions]] = NoOptions
+
+    def __init__(self, options: StrategyOptions, env: DistEnv) -> None:
+        self.options = options
+        self.env = env
+        self.device: torch.device | None = None
+
+    @classmethod
+    @abstractmethod
+    def available(cls) -> Availability:
+        """Cheap check: can this method run on this machine at all?"""
+
+    @property
+    def spec(self) -> str:
+        return format_spec(self.method, self.options)
+
+    @property
+    def world_size(self) -> int:
+        return self.env.world_size
+
+    @property
+    def rank(self) -> int:
+        return self.env.rank
+
+    @abstractmethod
+    def setup(self) -> None:
+        """Join the process group (if any) and set ``self.device``."""
+
+    @abstractmethod
+    def wrap(
+        self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None
+    ) -> tuple[torch.nn.Module, torch.optim.Optimizer | None]:
+        """Move the model to the device and apply the method's wrapper."""
+
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
+    def step(self, optimizer: torch.optim.Optimizer) -> None:
+        optimizer.step()
+
+    def unwrap(self, model: torch.nn.Module) -> torch.nn.Module:
+        """The user's module inside any wrapper (``.module`` for DataParallel / DDP)."""
+        return model
+
+    def state_dict(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> dict[str, Any]:
+        """Model and optimizer state keyed by parameter name, sharded where the method shards."""
+        from torch.distributed.checkpoint.state_dict import get_state_dict
+
+        optims = (optimizer,) if optimizer is not None else ()
+        model_sd, optim_sd = get_state_dict(self.unwrap(model), optims)
+        return {"model": model_sd, "optim": optim_sd if optimizer is not None else {}}
+
+    def load_state_dict(
+        self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None, state: dict[str, Any]
+    ) -> None:
+        from torch.distributed.checkpoint.state_dict import set_state_dict
+
+        optims = (optimizer,) if optimizer is not None else ()
+        set_state_dict(
+            self.unwrap(model), optims, model_state_dict=state["model"], optim_state_dict=state.get("optim", {})
+        )
+
+    def full_model_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+        """Every parameter and buffer, unsharded, on every rank (a collective under sharding methods)."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        return get_model_state_dict(self.unwrap(model), options=StateDictOptions(full_state_dict=True))
+
+    def teardown(self) -> None:
+        """Leave the process group. Must be safe to call twice."""
+
+
+class BackwardSyncControl:
+    """Mixin for methods that can skip gradient synchronisation during accumulation micro-batches."""
+
+    def set_grad_sync(self, model: torch.nn.Module, enabled: bool) -> None:
+        raise NotImplementedError
+
+
+def parse_spec(spec: str) -> tuple[str, dict[str, str]]:
+    """Split ``fsdp:shard=full,offload=cpu`` / ``deepspeed:zero2`` into a name and raw option tokens.
+
+    Bare tokens (no ``=``) are kept with the value ``""`` so the options class can expand its shorthands.
+    """
+    name, _, rest = spec.strip().partition(":")
+    tokens: dict[str, str] = {}
+    for raw in filter(None, (t.strip() for t in rest.split(","))):
+        key, eq, value = raw.partition("=")
+        tokens[key.strip()] = value.strip() if eq else ""
+    return name.strip().lower(), tokens
+
+
+def expand_shorthands(method: str, options_type: type[StrategyOptions], tokens: dict[str, str]) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for key, value in tokens.items():
+        if value == "" and key in options_type.shorthands:
+            out.update({k: str(v).lower() if isinstance(v, bool) else str(v)
+                        for k, v in options_type.shorthands[key].items()})
+        elif value == "":
+            known = list(options_type.shorthands) + options_type.field_names()
+            raise UnknownStrategyError(
+                f'"{key}" is not an option of {method}; write key=value.{did_you_mean(key, known)}',
+                hint=f"see `paratrain strategies` for what {method} accepts",
+            )
+        else:
+            out[key] = value
+    return out
+
+
+def format_spec(method: Method, options: StrategyOptions) -> str:
+    defaults = type(options)()
+    parts = [f"{k}={v}" for k, v in options.to_strings().items() if defaults.to_strings().get(k) != v]
+    return f"{method}:{','.join(parts)}" if parts else str(method)

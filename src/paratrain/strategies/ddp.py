@@ -1,0 +1,53 @@
+"""DistributedDataParallel: one process per device, gradients all-reduced (averaged) during backward."""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+from paratrain.strategies import _procgroup
+from paratrain.strategies.base import Availability, BackwardSyncControl, Method, Strategy
+
+
+class DDPStrategy(Strategy, BackwardSyncControl):
+    method = Method.DDP
+
+    def __init__(self, options, env) -> None:
+        super().__init__(options, env)
+        self._no_sync: contextlib.AbstractContextManager | None = None
+
+    @classmethod
+    def available(cls) -> Availability:
+        if not dist.is_available():
+            return Availability(False, "this torch build has no torch.distributed", "pip install torch")
+        if torch.cuda.is_available() and dist.is_nccl_available():
+            return Availability.yes("nccl on GPU")
+        if dist.is_gloo_available():
+            return Availability.yes("gloo on CPU")
+        return Availability(False, "neither nccl nor gloo is built into torch", "pip install torch")
+
+    def setup(self) -> None:
+        self.device = _procgroup.join(self.env, str(self.method))
+
+    def wrap(self, model, optimizer):
+        model = model.to(self.device)
+        ids = [self.device.index] if self.device.type == "cuda" else None
+        return DistributedDataParallel(model, device_ids=ids), optimizer
+
+    def unwrap(self, model):
+        return model.module if isinstance(model, DistributedDataParallel) else model
+
+    def set_grad_sync(self, model, enabled: bool) -> None:
+        # DDP decides in forward() whether the coming backward all-reduces, so this is called before forward.
+        if not enabled and self._no_sync is None:
+            self._no_sync = model.no_sync()
+            self._no_sync.__enter__()
+        elif enabled and self._no_sync is not None:
+            self._no_sync.__exit__(None, None, None)
+            self._no_sync = None
+
+    def teardown(self) -> None:
+        _procgroup.leave()

@@ -1,0 +1,109 @@
+"""FSDP2 (``fully_shard``): parameters, gradients and optimizer state sharded across ranks.
+
+Each block of an ``nn.ModuleList`` (the transformer convention) becomes its own FSDP unit, then the root, so only
+one block is unsharded at a time. ``shard=grad_op`` keeps parameters gathered between forward and backward
+(ZeRO-2-like), ``shard=none`` replicates (DDP-like, through a 2-D mesh whose shard dimension is 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+import torch.distributed as dist
+
+from paratrain.errors import ConfigError
+from paratrain.strategies import _procgroup
+from paratrain.strategies.base import Availability, BackwardSyncControl, Method, Strategy, StrategyOptions
+
+
+@dataclass(frozen=True, kw_only=True)
+class FSDPOptions(StrategyOptions):
+    shard: Literal["full", "grad_op", "none"] = "full"
+    mixed_precision: Literal["no", "bf16", "fp16"] = "no"
+    offload: Literal["none", "cpu"] = "none"
+
+    shorthands = {
+        "full": {"shard": "full"},
+        "grad_op": {"shard": "grad_op"},
+        "bf16": {"mixed_precision": "bf16"},
+        "fp16": {"mixed_precision": "fp16"},
+        "offload": {"offload": "cpu"},
+    }
+
+
+class FSDPStrategy(Strategy, BackwardSyncControl):
+    method = Method.FSDP
+    options_type = FSDPOptions
+    options: FSDPOptions
+
+    @classmethod
+    def available(cls) -> Availability:
+        try:
+            from torch.distributed.fsdp import fully_shard  # noqa: F401
+        except ImportError:
+            return Availability(False, f"torch {torch.__version__} has no FSDP2 fully_shard",
+                                'pip install "torch>=2.6"')
+        if not dist.is_available():
+            return Availability(False, "this torch build has no torch.distributed", "pip install torch")
+        return Availability.yes("FSDP2 on " + ("GPU" if torch.cuda.is_available() else "CPU (gloo)"))
+
+    def setup(self) -> None:
+        self.device = _procgroup.join(self.env, str(self.method))
+        opts = self.options
+        if opts.offload == "cpu" and self.device.type != "cuda":
+            raise ConfigError("fsdp offload=cpu needs a GPU (parameters already live on the CPU here)",
+                              hint="drop offload=cpu on a CPU-only machine")
+        if opts.mixed_precision == "fp16" and self.device.type != "cuda":
+            raise ConfigError("fsdp mixed_precision=fp16 needs a GPU", hint="use mixed_precision=bf16 or no")
+        if (opts.mixed_precision == "bf16" and self.device.type == "cuda"
+                and not torch.cuda.is_bf16_supported()):
+            raise ConfigError("this GPU does not support bf16", hint="use mixed_precision=fp16")
+
+    def _mesh(self):
+        from torch.distributed.device_mesh import init_device_mesh
+
+        world = dist.get_world_size()
+        if self.options.shard == "none":
+            return init_device_mesh(self.device.type, (world, 1), mesh_dim_names=("replicate", "shard"))
+        return init_device_mesh(self.device.type, (world,))
+
+    def wrap(self, model, optimizer):
+        from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+
+        model = model.to(self.device)
+        names = {id(p): n for n, p in model.named_parameters()}
+        kwargs = {"mesh": self._mesh(), "reshard_after_forward": self.options.shard == "full"}
+        if self.options.mixed_precision != "no":
+            dtype = torch.bfloat16 if self.options.mixed_precision == "bf16" else torch.float16
+            kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
+        if self.options.offload == "cpu":
+            kwargs["offload_policy"] = CPUOffloadPolicy()
+        for module in model.modules():
+            if isinstance(module, torch.nn.ModuleList):
+                for block in module:
+                    if any(True for _ in block.parameters()):
+                        fully_shard(block, **kwargs)
+        fully_shard(model, **kwargs)
+        if optimizer is not None:
+            _rebind_optimizer(optimizer, names, dict(model.named_parameters()))
+        return model, optimizer
+
+    def set_grad_sync(self, model, enabled: bool) -> None:
+        model.set_requires_gradient_sync(enabled)
+
+    def teardown(self) -> None:
+        _procgroup.leave()
+
+
+def _rebind_optimizer(optimizer: torch.optim.Optimizer, old_names: dict[int, str], new_params: dict) -> None:
+    """fully_shard replaces each parameter with a sharded one; point the user's optimizer at the new ones.
+
+    Keeping the same optimizer object (rather than building a new one) keeps any scheduler bound to it working.
+    """
+    if optimizer.state:
+        raise ConfigError("the optimizer has already taken steps; FSDP must wrap it before training",
+                          hint="call session.prepare() before the first optimizer.step()")
+    for group in optimizer.param_groups:
+        group["params"] = [new_params[old_names[id(p)]] for p in group["params"]]

@@ -1,0 +1,120 @@
+"""Name -> method. Adding a method is one file in this package and one line in ``_ENTRIES``.
+
+Classes are imported lazily so that ``paratrain strategies`` or a plain ``Session()`` never imports DeepSpeed,
+Horovod or TensorFlow.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from paratrain.errors import StrategyUnavailableError, UnknownStrategyError, did_you_mean
+from paratrain.strategies.base import (
+    Availability,
+    Launcher,
+    Method,
+    Strategy,
+    StrategyOptions,
+    expand_shorthands,
+    parse_spec,
+)
+
+
+@dataclass(frozen=True)
+class MethodInfo:
+    method: Method
+    framework: str
+    launcher: Launcher
+    summary: str  # one line: when to use it
+    target: str | None  # "module:Class"; None while the method is not implemented yet
+    multi_process: bool  # True when --nproc > 1 starts several processes
+
+    @property
+    def implemented(self) -> bool:
+        return self.target is not None
+
+    def load(self) -> type[Strategy]:
+        if self.target is None:
+            raise StrategyUnavailableError(
+                f"{self.method} is not implemented in this version of paratrain",
+                hint="run `paratrain strategies` to see the methods that are",
+            )
+        module, _, cls = self.target.partition(":")
+        return getattr(importlib.import_module(module), cls)
+
+
+_ENTRIES = [
+    MethodInfo(Method.SINGLE, "torch", Launcher.LOCAL,
+               "one process, one device: the baseline every other method is measured against",
+               "paratrain.strategies.single:SingleStrategy", False),
+    MethodInfo(Method.DP, "torch", Launcher.LOCAL,
+               "torch.nn.DataParallel: one process drives all local GPUs; simplest, slowest to scale",
+               "paratrain.strategies.dp:DataParallelStrategy", False),
+    MethodInfo(Method.DDP, "torch", Launcher.TORCHRUN,
+               "DistributedDataParallel: one process per device, all-reduced gradients; the default choice",
+               "paratrain.strategies.ddp:DDPStrategy", True),
+    MethodInfo(Method.FSDP, "torch", Launcher.TORCHRUN,
+               "FSDP2 fully_shard: shards params, grads and optimizer state when the model does not fit per device",
+               "paratrain.strategies.fsdp:FSDPStrategy", True),
+    MethodInfo(Method.DEEPSPEED, "torch", Launcher.TORCHRUN,
+               "DeepSpeed ZeRO stages 0-3 with optional CPU offload, for very large models",
+               None, True),
+    MethodInfo(Method.HOROVOD, "torch", Launcher.HOROVODRUN,
+               "Horovod ring all-reduce; for clusters already running horovodrun/MPI",
+               None, True),
+    MethodInfo(Method.MIRRORED, "tensorflow", Launcher.LOCAL,
+               "tf.distribute.MirroredStrategy: Keras on all GPUs of one machine",
+               None, False),
+    MethodInfo(Method.MULTIWORKER, "tensorflow", Launcher.TFCONFIG,
+               "tf.distribute.MultiWorkerMirroredStrategy: Keras across processes or machines",
+               None, True),
+]
+REGISTRY: Mapping[Method, MethodInfo] = {e.method: e for e in _ENTRIES}
+
+
+def names() -> list[str]:
+    return [m.value for m in REGISTRY]
+
+
+def info(name: str | Method) -> MethodInfo:
+    try:
+        return REGISTRY[Method(name)]
+    except ValueError:
+        raise UnknownStrategyError(
+            f'unknown strategy "{name}" (known: {", ".join(names())}).{did_you_mean(str(name), names())}',
+            hint="run `paratrain strategies` for the list",
+        ) from None
+
+
+def availability(name: str | Method) -> Availability:
+    entry = info(name)
+    if not entry.implemented:
+        return Availability(False, "not implemented yet", "")
+    return entry.load().available()
+
+
+def resolve(spec: str, extra_options: Mapping[str, str] | None = None) -> tuple[type[Strategy], StrategyOptions]:
+    """``"fsdp:shard=full"`` -> (FSDPStrategy, FSDPOptions(shard="full")).
+
+    ``extra_options`` are raw values from the environment (``PARATRAIN_<OPTION>``); ones the method does not know
+    are ignored there, since the environment may carry another method's settings.
+    """
+    name, tokens = parse_spec(spec)
+    cls = info(name).load()
+    raw = {}
+    fields = set(cls.options_type.field_names())
+    for key, value in (extra_options or {}).items():
+        if key in fields:
+            raw[key] = value
+    raw.update(expand_shorthands(name, cls.options_type, tokens))
+    return cls, cls.options_type.from_strings(name, raw)
+
+
+def require_available(cls: type[Strategy]) -> None:
+    avail = cls.available()
+    if not avail.ok:
+        raise StrategyUnavailableError(
+            f"strategy {cls.method} is not available here: {avail.reason}", hint=avail.fix or None
+        )

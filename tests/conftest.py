@@ -1,0 +1,53 @@
+"""Suite-wide guards.
+
+- A test that leaks launcher environment variables or leaves a live process group fails (each would silently
+  change the next test's behaviour).
+- Under CI=true, a test skipped because a backend that `make test` installs is missing becomes a failure: a
+  broken install must never look like a green run.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from tests.helpers.requirements import MISSING_PREFIX, installed_by_make_test
+
+WATCHED = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
+
+
+def _snapshot() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k in WATCHED or k.startswith("PARATRAIN_")}
+
+
+@pytest.fixture(autouse=True)
+def _no_leaks():
+    before = _snapshot()
+    yield
+    after = _snapshot()
+    leaked = {k: v for k, v in after.items() if before.get(k) != v}
+    for k in leaked:
+        os.environ.pop(k, None)
+    for k, v in before.items():
+        os.environ[k] = v
+    assert not leaked, f"test leaked environment variables: {sorted(leaked)}"
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        dist.destroy_process_group()
+        pytest.fail("test left a live process group")
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    if os.environ.get("CI") != "true" or not report.skipped:
+        return
+    reason = str(report.longrepr[2]) if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    if MISSING_PREFIX in reason:
+        module = reason.split(MISSING_PREFIX, 1)[1].split()[0]
+        if installed_by_make_test(module):
+            report.outcome = "failed"
+            report.longrepr = f"CI=true and `make test` installs {module}, but it is missing: {reason}"

@@ -1,0 +1,30 @@
+import pytest
+
+from tests.helpers.equivalence import assert_equivalent, train
+from tests.helpers.launch import SESSION_TRAIN, paratrain
+
+pytestmark = pytest.mark.multiprocess
+
+
+@pytest.mark.parametrize("nproc", [1, 2, 4])
+@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
+def test_fsdp_matches_handwritten(tmp_path, reference, optimizer, nproc):
+    run = train("fsdp", nproc, tmp_path, optimizer)
+    assert_equivalent(reference(optimizer), run)
+
+
+@pytest.mark.parametrize("shard", ["grad_op", "none"])
+def test_fsdp_shard_modes_match(tmp_path, reference, shard):
+    run = train(f"fsdp:shard={shard}", 2, tmp_path, "adamw")
+    assert_equivalent(reference("adamw"), run)
+
+
+def test_fsdp_grad_accumulation_matches(tmp_path, reference):
+    run = train("fsdp", 2, tmp_path, "adamw", 200, "--grad-accum", "2")
+    assert_equivalent(reference("adamw"), run)
+
+
+def test_offload_on_cpu_machine_is_a_clear_error():
+    proc = paratrain("run", "-s", "fsdp:offload=cpu", "-n", "2", str(SESSION_TRAIN), "--steps", "2")
+    assert proc.returncode != 0
+    assert "offload=cpu needs a GPU" in proc.stderr
