@@ -15,9 +15,9 @@ import torch
 from torch.utils.data import DataLoader
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from common import build_model, make_dataset, make_optimizer, parse_args, write_results  # noqa: E402
+from common import build_model, make_dataset, make_optimizer, parse_args, write_results
 
-import paratrain as pt  # noqa: E402
+import paratrain as pt
 
 
 def main() -> None:

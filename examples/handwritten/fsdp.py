@@ -16,7 +16,7 @@ from torch.distributed.fsdp import fully_shard
 from torch.utils.data import DataLoader
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from common import build_model, make_dataset, make_optimizer, parse_args, write_results  # noqa: E402
+from common import build_model, make_dataset, make_optimizer, parse_args, write_results
 
 
 def main() -> None:

@@ -10,6 +10,7 @@ import os
 import sys
 
 from rich.console import Console
+from rich.markup import escape
 
 err = Console(stderr=True, highlight=False, soft_wrap=True)
 out = Console(highlight=False, soft_wrap=True)
@@ -27,11 +28,11 @@ def notice(text: str, *, once: bool = True, all_ranks: bool = False) -> None:
     if once and text in _seen:
         return
     _seen.add(text)
-    err.print(f"[dim]paratrain:[/dim] {text}")
+    err.print(f"[dim]paratrain:[/dim] {escape(text)}")
 
 
 def user_print(*args: object, **kwargs: object) -> None:
     """The user's own output (Session.print): plain print, flushed, so ordering with other output is kept."""
     kwargs.setdefault("flush", True)
-    print(*args, **kwargs)  # noqa: T201 - this is the user's output channel
+    print(*args, **kwargs)
     sys.stdout.flush()

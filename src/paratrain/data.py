@@ -160,7 +160,7 @@ class ShardedLoader:
             collate_fn=src.collate_fn, pin_memory=src.pin_memory, timeout=src.timeout,
             worker_init_fn=src.worker_init_fn, **kwargs,
         )
-        for micro, data in zip(plan, inner):
+        for micro, data in zip(plan, inner, strict=True):
             self.on_micro_batch(micro)
             if micro.last:
                 self.batch += 1

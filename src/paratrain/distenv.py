@@ -15,8 +15,11 @@ PREFIX = "PARATRAIN_"
 STRATEGY_VAR = "PARATRAIN_STRATEGY"
 TIMEOUT_VAR = "PARATRAIN_TIMEOUT"
 NPROC_VAR = "PARATRAIN_NPROC"
+FAILURES_VAR = "PARATRAIN_FAILURES"  # folder where failing workers note the time of their failure
 # Variables that are paratrain's own settings rather than method options.
-RESERVED = {STRATEGY_VAR, TIMEOUT_VAR, NPROC_VAR, "PARATRAIN_HOME", "PARATRAIN_DEBUG", "PARATRAIN_METRICS"}
+RESERVED = {
+    STRATEGY_VAR, TIMEOUT_VAR, NPROC_VAR, FAILURES_VAR, "PARATRAIN_HOME", "PARATRAIN_DEBUG", "PARATRAIN_METRICS",
+}
 
 
 def option_var(name: str) -> str:

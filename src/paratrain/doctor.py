@@ -62,7 +62,7 @@ def _probe(code: str, timeout: float) -> dict:
     except subprocess.TimeoutExpired:
         return {"error": f"check timed out after {timeout:g} s"}
     if proc.returncode != 0:
-        last = (proc.stderr.strip().splitlines() or ["exited with code %d" % proc.returncode])[-1]
+        last = (proc.stderr.strip().splitlines() or [f"exited with code {proc.returncode}"])[-1]
         return {"error": last}
     try:
         return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -90,7 +90,7 @@ def torch_components() -> list[Component]:
     if cuda and dist.is_available() and dist.is_nccl_available():
         try:
             nccl = ".".join(map(str, torch.cuda.nccl.version()))
-        except Exception:  # noqa: BLE001 - a broken NCCL is a report line, not a crash
+        except Exception:
             nccl = None
     out.append(Component("NCCL", nccl, "" if nccl else "not available (needs a CUDA build of torch and a GPU)"))
     gloo = dist.is_available() and dist.is_gloo_available()
@@ -138,7 +138,7 @@ def method_statuses(timeout: float = CHECK_TIMEOUT_S) -> list[MethodStatus]:
             except FutureTimeout:
                 out.append(MethodStatus(str(entry.method), entry.framework, str(entry.launcher), "check failed",
                                         f"check timed out after {timeout:g} s", ""))
-            except Exception as exc:  # noqa: BLE001 - one broken backend never breaks the report
+            except Exception as exc:
                 out.append(MethodStatus(str(entry.method), entry.framework, str(entry.launcher), "check failed",
                                         f"{type(exc).__name__}: {exc}", ""))
     return out

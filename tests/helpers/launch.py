@@ -52,6 +52,6 @@ def max_diffs(a: str | os.PathLike, b: str | os.PathLike, offset: int = 0) -> tu
     la = la[offset:]
     assert len(la) == len(lb), f"curves differ in length: {len(la)} vs {len(lb)}"
     assert wa.keys() == wb.keys()
-    loss = max(abs(x - y) for x, y in zip(la, lb))
+    loss = max(abs(x - y) for x, y in zip(la, lb, strict=True))
     weight = max((wa[k] - wb[k]).abs().max().item() for k in wa)
     return loss, weight

@@ -7,6 +7,7 @@ import sys
 import traceback
 
 import typer
+from rich.markup import escape
 
 from paratrain import __version__
 from paratrain.console import err
@@ -37,6 +38,8 @@ def _global(
                                  help="Print the version and exit."),
 ) -> None:
     _state["debug"] = debug or os.environ.get("PARATRAIN_DEBUG") == "1"
+    if _state["debug"]:
+        os.environ["PARATRAIN_DEBUG"] = "1"  # launched workers show full tracebacks too
 
 
 def _register() -> None:
@@ -47,7 +50,7 @@ def _register() -> None:
 
 
 def _fail(text: str, code: int) -> int:
-    err.print(f"[bold red]paratrain: error:[/bold red] {text}", markup=True, highlight=False)
+    err.print(f"[bold red]paratrain: error:[/bold red] {escape(text)}", markup=True, highlight=False)
     return code
 
 

@@ -39,7 +39,7 @@ def run(
     timeout: float = typer.Option(None, "--timeout",
                                   help="Seconds any collective may wait before a stuck rank becomes an error."),
     config: str = typer.Option(None, "--config", help="TOML file with these options (default ./paratrain.toml)."),
-    dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved options and launch command; run nothing."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved options and command; run nothing."),
     json_out: bool = typer.Option(False, "--json", help="With --dry-run: print the plan as JSON."),
     verbose: bool = typer.Option(None, "--verbose", "-v", help="Show torchrun's own logging."),
 ) -> None:

@@ -7,17 +7,19 @@ variables, so the user's script never changes.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shlex
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from paratrain.console import notice
-from paratrain.distenv import NPROC_VAR, STRATEGY_VAR, TIMEOUT_VAR, option_var
+from paratrain.distenv import FAILURES_VAR, NPROC_VAR, STRATEGY_VAR, TIMEOUT_VAR, option_var
 from paratrain.errors import ConfigError, LaunchError
 from paratrain.launch.config import RunConfig
 from paratrain.strategies import registry
@@ -130,18 +132,50 @@ def _run_torchrun(plan: LaunchPlan) -> None:
     _quiet_torchrun(plan.config.verbose)
     args = torchrun.parse_args(plan.argv)
     _quiet_torchrun(plan.config.verbose)
-    try:
-        torchrun.run(args)
-    except ChildFailedError as exc:
-        rank, failure = exc.get_first_failure()
-        raise LaunchError(_failure_line(rank, failure), exit_code=_exit_code(failure.exitcode)) from None
+    with tempfile.TemporaryDirectory(prefix="paratrain-failures-") as notes:
+        os.environ[FAILURES_VAR] = notes
+        try:
+            torchrun.run(args)
+        except ChildFailedError as exc:
+            _raise_first_failure(exc, Path(notes))
+        finally:
+            os.environ.pop(FAILURES_VAR, None)
+
+
+def _first_noted(notes: Path) -> dict | None:
+    """The earliest failure the workers noted themselves (sub-second times), if any."""
+    found = []
+    for file in notes.glob("rank*.json"):
+        try:
+            found.append(json.loads(file.read_text()))
+        except (OSError, json.JSONDecodeError):
+            continue
+    return min(found, key=lambda d: d["time"]) if found else None
+
+
+def _raise_first_failure(exc, notes: Path) -> None:
+    rank, failure = exc.get_first_failure()
+    noted = _first_noted(notes)
+    if noted is not None and noted["rank"] in exc.failures:
+        rank, failure = noted["rank"], exc.failures[noted["rank"]]
+    line = _failure_line(rank, failure, noted["error"] if noted and noted["rank"] == rank else None)
+    hint = None
+    if "timed out" in line.lower():
+        # The ranks the launcher had to stop were still busy when this one gave up waiting for them.
+        stuck = sorted(r for r, f in exc.failures.items() if r != rank and f.exitcode < 0)
+        if stuck:
+            line += f"; rank(s) {', '.join(map(str, stuck))} never reached that collective"
+        hint = "a rank is stuck or much slower than the others; raise --timeout if that is expected"
+    raise LaunchError(line, hint=hint, exit_code=_exit_code(failure.exitcode)) from None
 
 
 def _exit_code(code: int) -> int:
     return 128 - code if code < 0 else code  # killed by signal N -> 128+N, as shells report it
 
 
-def _failure_line(rank: int, failure) -> str:
+def _failure_line(rank: int, failure, noted: str | None = None) -> str:
+    if noted:
+        return f"rank {rank} failed first (exit code {_exit_code(failure.exitcode)}): {noted}"
     data = failure.error_file_data or {}
     message = data.get("message") if isinstance(data, dict) else None
     text = ""

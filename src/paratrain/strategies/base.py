@@ -122,9 +122,8 @@ def _convert(method: str, key: str, text: str, hint: Any) -> Any:
                 f'{method} option {key}="{text}" is not one of {", ".join(choices)}.{did_you_mean(text, choices)}'
             )
         return text
-    if origin is typing.Union or (origin is not None and args):
-        if len(args) == 1:
-            return _convert(method, key, text, args[0])
+    if origin is not None and len(args) == 1:  # Optional[X] / X | None
+        return _convert(method, key, text, args[0])
     if hint is bool:
         if text.lower() in ("1", "true", "yes", "on"):
             return True
@@ -221,7 +220,7 @@ class Strategy(ABC):
 
         return get_model_state_dict(self.unwrap(model), options=StateDictOptions(full_state_dict=True))
 
-    def teardown(self) -> None:
+    def teardown(self) -> None:  # noqa: B027 - optional hook, a no-op for single-process methods
         """Leave the process group. Must be safe to call twice."""
 
 

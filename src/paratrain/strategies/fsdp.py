@@ -7,8 +7,9 @@ one block is unsharded at a time. ``shard=grad_op`` keeps parameters gathered be
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 import torch.distributed as dist
@@ -24,7 +25,7 @@ class FSDPOptions(StrategyOptions):
     mixed_precision: Literal["no", "bf16", "fp16"] = "no"
     offload: Literal["none", "cpu"] = "none"
 
-    shorthands = {
+    shorthands: ClassVar[Mapping[str, Mapping[str, Any]]] = {
         "full": {"shard": "full"},
         "grad_op": {"shard": "grad_op"},
         "bf16": {"mixed_precision": "bf16"},
@@ -73,6 +74,9 @@ class FSDPStrategy(Strategy, BackwardSyncControl):
         from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
         model = model.to(self.device)
+        # fully_shard keeps each rank's own slice of its own initial values: make them rank 0's first, as DDP does.
+        for tensor in [*model.parameters(), *model.buffers()]:
+            dist.broadcast(tensor.data, src=0)
         names = {id(p): n for n, p in model.named_parameters()}
         kwargs = {"mesh": self._mesh(), "reshard_after_forward": self.options.shard == "full"}
         if self.options.mixed_precision != "no":

@@ -1,0 +1,106 @@
+"""`paratrain run` end to end: real torchrun launches on CPU/gloo."""
+
+import json
+import time
+
+import pytest
+
+from tests.helpers.launch import ROOT, SESSION_TRAIN, check, paratrain
+
+SCRIPTS = ROOT / "tests" / "helpers" / "scripts"
+pytestmark = pytest.mark.multiprocess
+
+
+def test_asked_for_n_processes_gets_n(tmp_path):
+    check(paratrain("run", "-s", "ddp", "-n", "3", str(SCRIPTS / "record_order.py"), str(tmp_path), "24", "6", "1"))
+    files = sorted(p.name for p in tmp_path.glob("rank*.json"))
+    assert files == ["rank0.json", "rank1.json", "rank2.json"]
+    assert {json.loads((tmp_path / f).read_text())["world"] for f in files} == {3}
+
+
+def test_unshuffled_order_is_kept_and_each_rank_gets_its_contiguous_chunk(tmp_path):
+    check(paratrain("run", "-s", "ddp", "-n", "2", str(SCRIPTS / "record_order.py"), str(tmp_path), "20", "8", "1"))
+    r0 = json.loads((tmp_path / "rank0.json").read_text())["batches"]
+    r1 = json.loads((tmp_path / "rank1.json").read_text())["batches"]
+    assert r0 == [[0, 1, 2, 3], [8, 9, 10, 11], [16, 17]]
+    assert r1 == [[4, 5, 6, 7], [12, 13, 14, 15], [18, 19]]
+
+
+def test_failing_rank_ends_the_job_with_its_traceback_and_exit_code():
+    start = time.monotonic()
+    proc = paratrain("run", "-s", "ddp", "-n", "2", str(SCRIPTS / "fail_rank.py"), timeout=120)
+    elapsed = time.monotonic() - start
+    assert proc.returncode == 1
+    assert "RuntimeError: boom on rank 1" in proc.stderr
+    assert "rank 1 failed first (exit code 1)" in proc.stderr
+    assert proc.stderr.index("Traceback") < proc.stderr.index("rank 1 failed first")
+    assert elapsed < 60, f"took {elapsed:.0f} s to notice the failure"
+
+
+def test_timeout_turns_a_stuck_rank_into_an_error():
+    start = time.monotonic()
+    proc = paratrain("run", "-s", "ddp", "-n", "2", "--timeout", "5", str(SCRIPTS / "stall.py"), timeout=110)
+    assert proc.returncode != 0
+    assert "failed first" in proc.stderr
+    assert time.monotonic() - start < 100
+
+
+def test_quiet_by_default_only_user_output_and_one_summary_line():
+    proc = check(paratrain("run", "-s", "ddp", "-n", "2", str(SCRIPTS / "quiet.py")))
+    assert proc.stdout.strip().splitlines() == ["hello from the main rank of 2"]
+    lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
+    assert len(lines) == 1 and "ddp × 2 processes" in lines[0], proc.stderr
+
+
+def test_script_arguments_are_forwarded_even_when_they_look_like_ours(tmp_path):
+    proc = check(paratrain("run", "-s", "single", str(SESSION_TRAIN), "--steps", "3", "--out", str(tmp_path)))
+    assert "final loss" in proc.stdout
+    losses = json.loads((tmp_path / "losses.json").read_text())["losses"]
+    assert len(losses) == 3
+
+
+def test_dry_run_shows_resolved_config_and_torchrun_command():
+    proc = check(paratrain("run", "-s", "fsdp:shard=grad_op", "-n", "2", "--timeout", "30", "--dry-run", "--json",
+                           str(SESSION_TRAIN), "--steps", "5"))
+    plan = json.loads(proc.stdout)
+    assert plan["strategy"] == "fsdp:shard=grad_op"
+    assert plan["world_size"] == 2
+    assert "torch.distributed.run" in plan["command"] and "--nproc-per-node=2" in plan["command"]
+    assert plan["env"]["PARATRAIN_STRATEGY"] == "fsdp"
+    assert plan["env"]["PARATRAIN_SHARD"] == "grad_op"
+    assert plan["env"]["PARATRAIN_TIMEOUT"] == "30"
+    assert plan["config"]["args"] == ["--steps", "5"]
+
+
+def test_config_file_is_read_and_flags_win(tmp_path):
+    cfg = tmp_path / "paratrain.toml"
+    cfg.write_text('[run]\nstrategy = "fsdp"\nnproc = 3\ntimeout = 12\n')
+    proc = check(paratrain("run", "--dry-run", "--json", "-n", "2", str(SESSION_TRAIN), cwd=tmp_path))
+    plan = json.loads(proc.stdout)
+    assert plan["strategy"] == "fsdp" and plan["nproc_per_node"] == 2
+    assert plan["env"]["PARATRAIN_TIMEOUT"] == "12"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["-s", "ddq", str(SESSION_TRAIN)], 'unknown strategy "ddq"'),
+        (["-s", "fsdp:shard=ful", str(SESSION_TRAIN)], 'Did you mean "full"?'),
+        (["-s", "fsdp:sahrd=full", str(SESSION_TRAIN)], 'fsdp has no option "sahrd"'),
+        (["-s", "single", "-n", "2", str(SESSION_TRAIN)], "runs as one process"),
+        (["-s", "ddp", "--nnodes", "2", str(SESSION_TRAIN)], "needs --master HOST:PORT"),
+        (["-s", "ddp", "--master", "nohost", str(SESSION_TRAIN)], "is not HOST:PORT"),
+        (["-s", "ddp", "-n", "0", str(SESSION_TRAIN)], "must be 1 or more"),
+        (["-s", "deepspeed", str(SESSION_TRAIN)], "not implemented"),
+        (["-s", "ddp", "missing.py"], "does not exist"),
+        (["-s", "ddp", "--bogus", str(SESSION_TRAIN)], "no such option: --bogus"),
+        (["--config", "nope.toml", str(SESSION_TRAIN)], "does not exist"),
+        (["--json", str(SESSION_TRAIN)], "--json only applies to --dry-run"),
+    ],
+)
+def test_bad_input_is_one_line_with_exit_code_2(args, message):
+    proc = paratrain("run", *args)
+    assert proc.returncode == 2
+    assert message in proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
