@@ -12,6 +12,7 @@ import os
 
 import pytest
 
+from tests.helpers.launch import EXAMPLES, check, python
 from tests.helpers.requirements import MISSING_PREFIX, installed_by_make_test
 
 WATCHED = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID")
@@ -51,3 +52,24 @@ def pytest_runtest_makereport(item, call):
         if installed_by_make_test(module):
             report.outcome = "failed"
             report.longrepr = f"CI=true and `make test` installs {module}, but it is missing: {reason}"
+
+
+STEPS = 200
+
+
+@pytest.fixture(scope="session")
+def reference(tmp_path_factory):
+    """``reference(optimizer, **args)`` -> folder with losses.json/weights.pt of examples/handwritten/single.py."""
+    cache: dict[tuple, str] = {}
+
+    def get(optimizer: str, steps: int = STEPS, samples: int = 512, batch_size: int = 32) -> str:
+        key = (optimizer, steps, samples, batch_size)
+        if key not in cache:
+            out = tmp_path_factory.mktemp(f"ref-{optimizer}")
+            check(python(str(EXAMPLES / "handwritten" / "single.py"), "--optimizer", optimizer,
+                         "--steps", str(steps), "--samples", str(samples), "--batch-size", str(batch_size),
+                         "--out", str(out)))
+            cache[key] = str(out)
+        return cache[key]
+
+    return get

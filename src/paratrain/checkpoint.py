@@ -13,7 +13,6 @@ import json
 import os
 import random
 import shutil
-import warnings
 from pathlib import Path
 from typing import Any
 
@@ -80,7 +79,7 @@ def save(path: str | os.PathLike, strategy: Strategy, model: torch.nn.Module,
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
     _barrier()
-    dcp.save(strategy.state_dict(model, optimizer), checkpoint_id=str(tmp))
+    dcp.save(strategy.state_dict(model, optimizer), checkpoint_id=str(tmp), no_dist=not _dist())
     (tmp / "rng").mkdir(exist_ok=True)
     torch.save(_rng_state(), tmp / "rng" / f"rank{_rank()}.pt")
     _barrier()
@@ -147,9 +146,7 @@ def load(path: str | os.PathLike, strategy: Strategy, model: torch.nn.Module,
     _check_compatible(folder, state)
     if optimizer is None:
         state.pop("optim", None)
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message=".*assuming the intent is to load in a single process.*")
-        dcp.load(state, checkpoint_id=str(folder))
+    dcp.load(state, checkpoint_id=str(folder), no_dist=not _dist())
     strategy.load_state_dict(model, optimizer, state)
     rng_file = folder / "rng" / f"rank{_rank()}.pt"
     if not rng_file.exists():

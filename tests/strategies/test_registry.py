@@ -1,0 +1,39 @@
+"""Method names, spec strings and their errors."""
+
+import pytest
+
+from paratrain.errors import ConfigError, StrategyUnavailableError, UnknownStrategyError
+from paratrain.strategies import registry
+from paratrain.strategies.base import Method, parse_spec
+from paratrain.strategies.fsdp import FSDPOptions, FSDPStrategy
+
+
+def test_every_design_name_is_registered():
+    assert registry.names() == ["single", "dp", "ddp", "fsdp", "deepspeed", "horovod", "mirrored", "multiworker"]
+
+
+def test_spec_with_options_and_shorthands():
+    assert parse_spec("fsdp:shard=grad_op,bf16") == ("fsdp", {"shard": "grad_op", "bf16": ""})
+    cls, opts = registry.resolve("fsdp:grad_op,bf16")
+    assert cls is FSDPStrategy and opts == FSDPOptions(shard="grad_op", mixed_precision="bf16")
+
+
+def test_environment_options_apply_and_spec_wins():
+    _, opts = registry.resolve("fsdp:shard=none", {"shard": "full", "mixed_precision": "bf16", "zero_stage": "2"})
+    assert opts == FSDPOptions(shard="none", mixed_precision="bf16")
+
+
+def test_unknown_name_suggests_the_closest():
+    with pytest.raises(UnknownStrategyError, match='Did you mean "fsdp"'):
+        registry.resolve("fdsp")
+
+
+def test_bad_option_value_lists_the_choices():
+    with pytest.raises(ConfigError, match="is not one of full, grad_op, none"):
+        registry.resolve("fsdp:shard=everything")
+
+
+def test_unimplemented_method_is_a_clear_error_not_a_crash():
+    with pytest.raises(StrategyUnavailableError, match="not implemented"):
+        registry.resolve("horovod")
+    assert registry.availability(Method.HOROVOD).ok is False

@@ -1,0 +1,90 @@
+"""Session in one process: defaults, errors that name the fix, collectives that degrade to no-ops."""
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+import paratrain as pt
+from paratrain.errors import ConfigError, LaunchError
+
+
+def test_plain_python_means_single():
+    session = pt.Session()
+    assert (session.strategy, session.rank, session.world_size, session.is_main) == ("single", 0, 1, True)
+    assert session.device == torch.device("cpu")
+    session.close()
+
+
+def test_distributed_method_without_launcher_names_the_command():
+    with pytest.raises(LaunchError) as info:
+        pt.Session("ddp")
+    assert "paratrain run --strategy ddp --nproc 2" in info.value.one_line()
+
+
+def test_conflicting_method_and_launcher_is_an_error(monkeypatch):
+    monkeypatch.setenv("PARATRAIN_STRATEGY", "single")
+    with pytest.raises(ConfigError, match="launched with --strategy single"):
+        pt.Session("fsdp")
+
+
+def test_grad_accum_steps_once_per_global_batch():
+    session = pt.Session(grad_accum=2)
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    data = TensorDataset(torch.randn(8, 2), torch.randn(8, 1))
+    model, opt, loader = session.prepare(model, opt, DataLoader(data, batch_size=4))
+    sizes = []
+    for x, y in loader:
+        sizes.append(len(x))
+        session.backward(torch.nn.functional.mse_loss(model(x), y))
+        session.step()
+    assert sizes == [2, 2, 2, 2] and session.step_count == 2
+    session.close()
+
+
+def test_all_reduce_and_print_in_one_process(capsys):
+    session = pt.Session()
+    assert session.all_reduce(3.0, op="mean") == 3.0
+    t = session.all_reduce(torch.tensor(2.0), op="sum")
+    assert isinstance(t, torch.Tensor) and t.item() == 2.0
+    session.print("only once")
+    assert capsys.readouterr().out == "only once\n"
+    session.close()
+
+
+def test_prepare_twice_is_refused():
+    session = pt.Session()
+    session.prepare(torch.nn.Linear(1, 1))
+    with pytest.raises(ConfigError, match="already called"):
+        session.prepare(torch.nn.Linear(1, 1))
+    session.close()
+
+
+def test_resume_continues_the_data_order(tmp_path):
+    def run(load=None, save=None, steps=5):
+        session = pt.Session()
+        torch.manual_seed(0)
+        model = torch.nn.Linear(1, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=0.01)
+        data = TensorDataset(torch.arange(12.0).unsqueeze(1))
+        model, opt, loader = session.prepare(model, opt, DataLoader(data, batch_size=4, shuffle=True))
+        if load:
+            session.load(load)
+        seen = []
+        while session.step_count < steps:
+            for (x,) in loader:
+                seen.append(x.squeeze(1).tolist())
+                session.backward(model(x).sum())
+                session.step()
+                if session.step_count >= steps:
+                    break
+        if save:
+            session.save(save)
+        session.close()
+        return seen
+
+    full = run(steps=5)
+    first = run(steps=2, save=tmp_path / "c")
+    rest = run(steps=5, load=tmp_path / "c")
+    assert first + rest == full
+    assert full[0] != full[3]  # the second epoch is reshuffled
