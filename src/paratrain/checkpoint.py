@@ -9,10 +9,13 @@ mid-save leaves the previous checkpoint intact.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import random
 import shutil
+import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +41,14 @@ def _rank() -> int:
 def _barrier() -> None:
     if _dist():
         dist.barrier()
+
+
+@contextlib.contextmanager
+def _single_process_quiet() -> Iterator[None]:
+    """DCP warns that it assumes one process when no process group exists; that is exactly the intent here."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*assuming the intent is to (save|load) in a single process.*")
+        yield
 
 
 def _fsync_tree(root: Path) -> None:
@@ -79,7 +90,8 @@ def save(path: str | os.PathLike, strategy: Strategy, model: torch.nn.Module,
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
     _barrier()
-    dcp.save(strategy.state_dict(model, optimizer), checkpoint_id=str(tmp), no_dist=not _dist())
+    with _single_process_quiet():
+        dcp.save(strategy.state_dict(model, optimizer), checkpoint_id=str(tmp))
     (tmp / "rng").mkdir(exist_ok=True)
     torch.save(_rng_state(), tmp / "rng" / f"rank{_rank()}.pt")
     _barrier()
@@ -146,7 +158,8 @@ def load(path: str | os.PathLike, strategy: Strategy, model: torch.nn.Module,
     _check_compatible(folder, state)
     if optimizer is None:
         state.pop("optim", None)
-    dcp.load(state, checkpoint_id=str(folder), no_dist=not _dist())
+    with _single_process_quiet():
+        dcp.load(state, checkpoint_id=str(folder))
     strategy.load_state_dict(model, optimizer, state)
     rng_file = folder / "rng" / f"rank{_rank()}.pt"
     if not rng_file.exists():
