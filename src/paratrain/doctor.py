@@ -113,7 +113,7 @@ def backend_components(timeout: float = CHECK_TIMEOUT_S) -> list[Component]:
                        f"GPU ops: {', '.join(info['ops']) or 'none'}")
         out.append(Component("Horovod", hvd, detail))
     else:
-        out.append(Component("Horovod", None, "not installed", "paratrain setup horovod"))
+        out.append(Component("Horovod", None, "not installed", 'pip install "paratrain[horovod]"'))
     tf = _dist_version("tensorflow", "tensorflow-cpu")
     out.append(Component("TensorFlow", tf, "" if tf else "not installed",
                          "" if tf else 'pip install "paratrain[tf]"'))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from paratrain.cli._render import print_json, styled
@@ -28,14 +29,14 @@ def doctor(
     for col in ("method", "framework", "launcher", "status", "why / fix"):
         methods.add_column(col)
     for m in report.methods:
-        why = m.reason + (f" — fix: [bold]{m.fix}[/]" if m.fix else "")
+        why = escape(m.reason) + (f" — fix: [bold]{escape(m.fix)}[/]" if m.fix else "")
         methods.add_row(m.name, m.framework, m.launcher, styled(m.status), why)
     comps = Table(title="Backends", title_justify="left")
     for col in ("component", "version", "notes"):
         comps.add_column(col)
     for c in report.components:
-        note = c.detail + (f" — fix: [bold]{c.fix}[/]" if c.fix else "")
-        comps.add_row(c.name, c.version or "[dim]—[/]", note)
+        note = escape(c.detail) + (f" — fix: [bold]{escape(c.fix)}[/]" if c.fix else "")
+        comps.add_row(c.name, escape(c.version) if c.version else "[dim]—[/]", note)
     out.print(methods)
     out.print(comps)
 

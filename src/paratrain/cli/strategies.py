@@ -6,6 +6,7 @@ import dataclasses
 import typing
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from paratrain.cli._render import print_json
@@ -42,7 +43,7 @@ def strategies(json_out: bool = typer.Option(False, "--json", help="Print the li
         table.add_column(col)
     for r in rows:
         name = r["name"] if r["implemented"] else f"[dim]{r['name']} (not implemented)[/]"
-        table.add_row(name, r["framework"], r["launcher"], r["options"], r["when"])
+        table.add_row(name, r["framework"], r["launcher"], escape(r["options"]), escape(r["when"]))
     out.print(table)
 
 

@@ -1,0 +1,62 @@
+"""The CLI shell: one-line errors with exit code 2, --version, --help, and the doctor/strategies reports."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from paratrain import __version__
+from tests.helpers.launch import paratrain, worker_env
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["bogus"], "No such command 'bogus'"),
+        (["gpus", "--frobnicate"], "No such option: --frobnicate"),
+        (["doctor", "--timeout", "soon"], "Invalid value"),
+        (["--json"], "No such option: --json"),
+    ],
+)
+def test_bad_input_is_one_line_exit_2(args, message):
+    proc = paratrain(*args)
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and message in lines[0], proc.stderr
+    assert lines[0].startswith("paratrain: error:")
+
+
+def test_version_and_help():
+    assert paratrain("--version").stdout.strip() == f"paratrain {__version__}"
+    help_text = paratrain("--help").stdout
+    for command in ("gpus", "doctor", "strategies", "run"):
+        assert command in help_text
+
+
+def test_doctor_json_reports_every_method_and_backend():
+    proc = paratrain("doctor", "--json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    methods = {m["name"]: m for m in report["methods"]}
+    assert list(methods) == ["single", "dp", "ddp", "fsdp", "deepspeed", "horovod", "mirrored", "multiworker"]
+    assert methods["ddp"]["status"] == "available" and "gloo" in methods["ddp"]["reason"]
+    assert methods["deepspeed"]["status"] == "not implemented"
+    components = {c["name"]: c for c in report["components"]}
+    assert components["torch"]["version"].startswith("2.")
+    assert components["gloo"]["version"] == "built in"
+    assert {"CUDA", "NCCL", "DeepSpeed", "Horovod", "TensorFlow"} <= set(components)
+
+
+def test_doctor_table_has_fix_commands():
+    proc = paratrain("doctor", env={**worker_env(), "COLUMNS": "200"})
+    assert proc.returncode == 0
+    assert "Methods" in proc.stdout and "Backends" in proc.stdout
+    assert 'pip install "paratrain[deepspeed]"' in proc.stdout  # markup must not eat the extra
+
+
+def test_strategies_lists_names_launchers_and_options():
+    rows = json.loads(paratrain("strategies", "--json").stdout)
+    by_name = {r["name"]: r for r in rows}
+    assert by_name["fsdp"]["launcher"] == "torchrun" and "shard=full|grad_op|none" in by_name["fsdp"]["options"]
+    assert by_name["single"]["implemented"] is True and by_name["horovod"]["implemented"] is False
