@@ -1,26 +1,59 @@
-"""Step timing recorded from inside ``Session.step`` when a measuring launcher asks for it.
+"""Measurements taken from inside ``Session`` when a measuring launcher asks for them.
 
-``paratrain compare`` sets ``PARATRAIN_METRICS=DIR``; each rank then appends one JSON line per optimizer step to
-``DIR/rank<r>.jsonl`` (wall time of the step, since the first backward). Without the variable this is a no-op, so a
-normal run pays nothing.
+``paratrain compare`` sets ``PARATRAIN_METRICS=DIR``; each rank then appends JSON lines to ``DIR/rank<r>.jsonl``:
+one per optimizer step (wall time, step duration, this rank's share of the global loss, samples it processed), the
+bytes of model state the rank holds (after its first step, when gradients and optimizer state exist), values the
+script logs with :func:`log`, and a summary at close (peak memory). Without the variable every call is a no-op, so a
+normal run pays nothing — and a user's script is measured from the outside, unchanged.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import resource
+import sys
 import time
 from pathlib import Path
-from typing import IO
+from typing import IO, Any
+
+import torch
 
 METRICS_VAR = "PARATRAIN_METRICS"
+
+
+def _local_nbytes(t: torch.Tensor) -> int:
+    local = t.to_local() if hasattr(t, "to_local") else t  # a DTensor holds only its shard here
+    return local.numel() * local.element_size()
+
+
+def state_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> dict[str, int]:
+    """Bytes of parameters, gradients and optimizer state this rank actually holds."""
+    params = sum(_local_nbytes(p) for p in model.parameters())
+    grads = sum(_local_nbytes(p.grad) for p in model.parameters() if p.grad is not None)
+    optim = 0
+    if optimizer is not None:
+        for per_param in optimizer.state.values():
+            optim += sum(_local_nbytes(v) for v in per_param.values() if isinstance(v, torch.Tensor))
+    return {"params": params, "grads": grads, "optimizer": optim, "total": params + grads + optim}
+
+
+def peak_rss_bytes() -> int:
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak if sys.platform == "darwin" else peak * 1024  # Linux reports KiB
 
 
 class StepRecorder:
     def __init__(self, path: Path | None) -> None:
         self._file: IO[str] | None = path.open("a", buffering=1) if path else None
-        self._t0: float | None = None
         self._last: float | None = None
+        self._loss = 0.0
+        self._samples = 0
+        self._state_written = False
+
+    @property
+    def enabled(self) -> bool:
+        return self._file is not None
 
     @classmethod
     def from_env(cls, rank: int) -> StepRecorder:
@@ -30,19 +63,48 @@ class StepRecorder:
         Path(folder).mkdir(parents=True, exist_ok=True)
         return cls(Path(folder) / f"rank{rank}.jsonl")
 
-    def backward_start(self) -> None:
-        if self._file is not None and self._last is None:
-            self._last = self._t0 = time.perf_counter()
-
-    def step_end(self, step: int) -> None:
-        if self._file is None or self._last is None:
-            return
-        now = time.perf_counter()
-        rec = {"step": step, "t": time.time(), "dt": now - self._last, "since_first": now - self._t0}
-        self._file.write(json.dumps(rec) + "\n")
-        self._last = now
-
-    def close(self) -> None:
+    def write(self, record: dict[str, Any]) -> None:
         if self._file is not None:
-            self._file.close()
-            self._file = None
+            self._file.write(json.dumps(record) + "\n")
+
+    def backward(self, loss: torch.Tensor, weight: float, samples: int) -> None:
+        """Account one micro-batch: its weighted loss (the rank's share of the global mean) and sample count."""
+        if self._file is None:
+            return
+        if self._last is None:
+            self._last = time.perf_counter()
+        self._loss += float(loss.detach()) * weight
+        self._samples += samples
+
+    def step_end(self, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
+        if self._file is None:
+            return
+        if self._last is None:
+            self._last = time.perf_counter()
+        if not self._state_written:
+            self.write({"state_bytes": state_bytes(model, optimizer)})
+            self._state_written = True
+        now = time.perf_counter()
+        self.write({"step": step, "t": time.time(), "dt": now - self._last, "loss": self._loss,
+                    "samples": self._samples})
+        self._last, self._loss, self._samples = now, 0.0, 0
+
+    def close(self, device: torch.device | None) -> None:
+        if self._file is None:
+            return
+        summary: dict[str, Any] = {"summary": True, "peak_rss_bytes": peak_rss_bytes()}
+        if device is not None and device.type == "cuda":
+            summary["cuda_max_allocated_bytes"] = torch.cuda.max_memory_allocated(device)
+        self.write(summary)
+        self._file.close()
+        self._file = None
+
+
+def log(**values: Any) -> None:
+    """Record named values (accuracy, perplexity, ...) for a measuring launcher; a no-op otherwise."""
+    folder = os.environ.get(METRICS_VAR)
+    if not folder:
+        return
+    rank = os.environ.get("RANK", "0")
+    with open(Path(folder) / f"rank{rank}.jsonl", "a") as fh:
+        fh.write(json.dumps({"log": values}) + "\n")

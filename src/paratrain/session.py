@@ -60,6 +60,7 @@ class Session:
         self.step_count = 0
         self._micro_done = 0
         self._loss_weight = 1.0 / grad_accum
+        self._micro_samples = 0  # samples in the current micro-batch (0 for padding), for throughput
         self._model: torch.nn.Module | None = None
         self._optimizer: torch.optim.Optimizer | None = None
         self._scheduler: Any = None
@@ -114,14 +115,15 @@ class Session:
 
     def _on_micro_batch(self, micro: MicroBatch) -> None:
         self._loss_weight = micro.weight
+        self._micro_samples = len(micro.indices) if micro.weight else 0
         if self.grad_accum > 1 and isinstance(self._strategy, BackwardSyncControl) and self._model is not None:
             # Gradient sync is decided before forward (DDP), so it is set as the batch is handed out.
             self._strategy.set_grad_sync(self._model, micro.last)
 
     def backward(self, loss: torch.Tensor) -> None:
         """Backward of this rank's (mean) loss, weighted so the synchronised gradient is the global-batch mean."""
-        self._metrics.backward_start()
         weight = self._loss_weight
+        self._metrics.backward(loss, weight, self._micro_samples)
         self._strategy.backward(loss if weight == 1.0 else loss * weight)
         self._micro_done += 1
 
@@ -133,11 +135,11 @@ class Session:
         if self._optimizer is None:
             raise ConfigError("step() needs an optimizer", hint="pass it to session.prepare(model, optimizer)")
         self._strategy.step(self._optimizer)
+        self._metrics.step_end(self.step_count + 1, self._model, self._optimizer)  # before grads are freed
         self._optimizer.zero_grad(set_to_none=True)
         if self._scheduler is not None:
             self._scheduler.step()
         self.step_count += 1
-        self._metrics.step_end(self.step_count)
 
     # -- collectives and output -----------------------------------------------------------------------------
     def all_reduce(self, value: torch.Tensor | float, op: ReduceOp = "mean") -> torch.Tensor | float:
@@ -204,7 +206,7 @@ class Session:
         if self._closed:
             return
         self._closed = True
-        self._metrics.close()
+        self._metrics.close(self._strategy.device)
         self._strategy.teardown()
 
     def __enter__(self) -> Session:

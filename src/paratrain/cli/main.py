@@ -43,9 +43,9 @@ def _global(
 
 
 def _register() -> None:
-    from paratrain.cli import doctor, gpus, run, strategies
+    from paratrain.cli import compare, doctor, gpus, history, run, strategies
 
-    for module in (gpus, doctor, strategies, run):
+    for module in (gpus, doctor, strategies, run, compare, history):
         module.register(app)
 
 

@@ -1,0 +1,64 @@
+"""Hand-written DDP on a bundled workload's model and data: the baseline of benchmarks/overhead.py.
+
+    torchrun --standalone --nproc-per-node 2 benchmarks/handwritten_ddp.py --workload mlp --steps 200 --out t.json
+
+Only the model and data come from paratrain.workloads; the loop is the idiomatic one (DistributedSampler,
+per-rank batch = global batch / world size). Rank 0
+writes the wall time at which its first step ended and every step's duration (end of step to end of step).
+"""
+
+import argparse
+import json
+import os
+import time
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+from torch.utils.data import DataLoader, DistributedSampler
+
+from paratrain.workloads import get
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--workload", default="mlp")
+    p.add_argument("--steps", type=int, default=200)
+    p.add_argument("--out", required=True)
+    args = p.parse_args()
+    dist.init_process_group("gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    workload = get(args.workload)
+    built = workload.build()
+    model = DDP(built.model)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=workload.lr)
+    sampler = DistributedSampler(built.train, num_replicas=world, rank=rank, shuffle=True, seed=0)
+    loader = DataLoader(built.train, batch_size=workload.global_batch // world, sampler=sampler)
+    times, first_end, step, epoch = [], None, 0, 0
+    last = None
+    while step < args.steps:
+        sampler.set_epoch(epoch)
+        epoch += 1
+        for x, y in loader:
+            loss = built.loss_fn(model(x), y)
+            if last is None:
+                last = time.perf_counter()
+            loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+            now = time.perf_counter()
+            times.append(now - last)
+            last = now
+            step += 1
+            if first_end is None:
+                first_end = time.time()
+            if step >= args.steps:
+                break
+    if rank == 0:
+        with open(args.out, "w") as fh:
+            json.dump({"first_step_end": first_end, "step_times": times, "pid": os.getpid()}, fh)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

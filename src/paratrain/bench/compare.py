@@ -1,0 +1,234 @@
+"""`paratrain compare` as a library: plan the cells, run them one by one, assemble the results.
+
+Cells run one after another (never two at once: they would measure each other). A failing cell never stops the
+comparison; Ctrl-C stops the running cell's processes and keeps what finished.
+"""
+
+from __future__ import annotations
+
+import datetime
+import platform
+import socket
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from paratrain import __version__
+from paratrain.bench.runner import CellSpec, run_cell
+from paratrain.errors import ConfigError
+from paratrain.strategies import registry
+from paratrain.strategies.base import Launcher, format_spec
+
+EQUIVALENCE_TOL = 1e-5
+WORKLOAD_SCRIPT = str(Path(__file__).resolve().parents[1] / "workloads" / "train.py")
+Progress = Callable[[str, str, dict[str, Any] | None], None]  # (cell key, status text, finished cell or None)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompareSettings:
+    workload: str | None = "mlp"
+    script: str | None = None
+    script_args: list[str] = field(default_factory=list)
+    strategies: list[str] | None = None  # None: every torch method in the registry
+    nproc: list[int] = field(default_factory=lambda: [1, 2])
+    steps: int | None = None
+    warmup: int = 5
+    repeat: int = 1
+    scaling: Literal["strong", "weak"] = "strong"
+    timeout: float = 300.0
+
+    def __post_init__(self) -> None:
+        if not self.nproc or any(n < 1 for n in self.nproc):
+            raise ConfigError(f"--nproc {','.join(map(str, self.nproc))} must list numbers ≥ 1, e.g. 1,2")
+        if self.repeat < 1 or self.warmup < 0 or (self.steps is not None and self.steps < 1):
+            raise ConfigError("--repeat and --steps must be ≥ 1 and --warmup ≥ 0")
+        if self.steps is not None and self.warmup >= self.steps:
+            raise ConfigError(f"--warmup {self.warmup} leaves no measured steps out of --steps {self.steps}",
+                              hint="use fewer warm-up steps or more steps")
+        if self.scaling not in ("strong", "weak"):
+            raise ConfigError(f'--scaling "{self.scaling}" must be strong or weak')
+        if self.script is not None and not Path(self.script).is_file():
+            raise ConfigError(f"script {self.script} does not exist", hint="give the path of a Session-based script")
+
+
+@dataclass
+class Cell:
+    spec: CellSpec | None
+    strategy: str
+    nproc: int
+    reason: str = ""  # why it cannot run, for unavailable cells
+
+    @property
+    def key(self) -> str:
+        return f"{self.strategy}×{self.nproc}"
+
+
+def _script_args(settings: CompareSettings, nproc: int) -> tuple[str, list[str]]:
+    if settings.script:
+        return settings.script, list(settings.script_args)
+    from paratrain.workloads import get
+
+    workload = get(settings.workload or "mlp")
+    args = ["--workload", workload.name, "--steps", str(settings.steps or workload.steps)]
+    if settings.scaling == "weak":
+        args += ["--per-rank-batch"]
+    return WORKLOAD_SCRIPT, args
+
+
+def plan_cells(settings: CompareSettings) -> list[Cell]:
+    """Every (method, world size) to run, plus one 'unavailable' row per method that cannot run here."""
+    names = settings.strategies or [str(m) for m, e in registry.REGISTRY.items() if e.framework == "torch"]
+    cells: list[Cell] = []
+    for spec in names:
+        name, _ = registry.parse_spec(spec)
+        entry = registry.info(name)
+        if entry.framework != "torch":
+            cells.append(Cell(None, spec, settings.nproc[0], f"{entry.framework} method: needs a Keras script"))
+            continue
+        if not entry.implemented:
+            cells.append(Cell(None, spec, settings.nproc[0], "not implemented in this version"))
+            continue
+        cls, options = registry.resolve(spec)
+        avail = cls.available()
+        normalized = format_spec(cls.method, options)
+        if not avail.ok:
+            fix = f" (fix: {avail.fix})" if avail.fix else ""
+            cells.append(Cell(None, normalized, settings.nproc[0], avail.reason + fix))
+            continue
+        sizes = [1] if entry.launcher is Launcher.LOCAL else settings.nproc
+        for n in sizes:
+            script, args = _script_args(settings, n)
+            cells.append(Cell(CellSpec(normalized, n, script, args), normalized, n))
+    if not any(c.spec for c in cells):
+        raise ConfigError("none of the requested methods can run here", hint="see `paratrain doctor`")
+    return cells
+
+
+def environment() -> dict[str, Any]:
+    import torch
+
+    from paratrain.devices.inventory import collect
+
+    return {"python": platform.python_version(), "torch": torch.__version__, "platform": platform.platform(),
+            "hostname": socket.gethostname(), "inventory": collect().to_json()}
+
+
+def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
+    ok = [r for r in runs if r["status"] == "ok"]
+    if not ok:
+        return runs[-1]
+    ok.sort(key=lambda r: r.get("samples_per_s") or 0.0)
+    chosen = dict(ok[len(ok) // 2])
+    chosen["repeats"] = len(runs)
+    return chosen
+
+
+def run_compare(settings: CompareSettings, out_dir: Path, progress: Progress | None = None) -> dict[str, Any]:
+    """Run every cell and return the results dict (see docs/results-schema in the README)."""
+    cells = plan_cells(settings)
+    say = progress or (lambda key, text, done: None)
+    tokens = None
+    if not settings.script:
+        from paratrain.workloads import get
+
+        tokens = get(settings.workload or "mlp").tokens_per_sample
+    results: dict[str, Any] = {
+        "id": out_dir.name,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "paratrain": __version__,
+        "settings": _settings_dict(settings),
+        "env": environment(),
+        "cells": [],
+        "interrupted": False,
+    }
+    for cell in cells:
+        say(cell.key, "queued" if cell.spec else f"not available: {cell.reason}", None)
+    try:
+        for cell in cells:
+            if cell.spec is None:
+                results["cells"].append(_unavailable(cell))
+                continue
+            runs = []
+            for i in range(settings.repeat):
+                folder = out_dir / "cells" / _slug(cell.key) / f"run{i + 1}"
+                total = settings.steps or _default_steps(settings)
+
+                def tick(step: int, key: str = cell.key, i: int = i, total: int | None = total) -> None:
+                    rep = f" (repeat {i + 1}/{settings.repeat})" if settings.repeat > 1 else ""
+                    say(key, f"running step {step}/{total or '?'}{rep}", None)
+
+                tick(0)
+                runs.append(run_cell(cell.spec, folder, warmup=settings.warmup, timeout=settings.timeout,
+                                     tokens_per_sample=tokens, progress=tick))
+            row = {"key": cell.key, "strategy": cell.strategy, "nproc": cell.nproc, **_median_run(runs)}
+            results["cells"].append(row)
+            say(cell.key, row["status"], row)
+    except KeyboardInterrupt:
+        results["interrupted"] = True
+    finalize(results)
+    return results
+
+
+def _default_steps(settings: CompareSettings) -> int | None:
+    if settings.script:
+        return None
+    from paratrain.workloads import get
+
+    return get(settings.workload or "mlp").steps
+
+
+def _unavailable(cell: Cell) -> dict[str, Any]:
+    return {"key": cell.key, "strategy": cell.strategy, "nproc": cell.nproc, "status": "unavailable",
+            "error": cell.reason, "log": None}
+
+
+def _slug(key: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_=" else "_" for c in key)
+
+
+def _settings_dict(settings: CompareSettings) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "workload": None if settings.script else (settings.workload or "mlp"),
+        "script": settings.script, "script_args": settings.script_args,
+        "strategies": settings.strategies, "nproc": settings.nproc, "steps": settings.steps or _default_steps(settings),
+        "warmup": settings.warmup, "repeat": settings.repeat, "scaling": settings.scaling,
+        "global_batch": None, "tokens_per_sample": None,
+    }
+    if not settings.script:
+        from paratrain.workloads import get
+
+        w = get(settings.workload or "mlp")
+        out["global_batch"], out["tokens_per_sample"] = w.global_batch, w.tokens_per_sample
+    return out
+
+
+def finalize(results: dict[str, Any]) -> None:
+    """Fill the cross-cell columns: the equivalence reference, max |Δloss|, scaling efficiency."""
+    cells = results["cells"]
+    for cell in cells:
+        for key in ("samples_per_s", "tokens_per_s", "step_time_median_s", "step_time_p90_s", "startup_s",
+                    "wall_s", "final_loss", "comm_share", "scaling_efficiency", "loss_max_abs_diff"):
+            cell.setdefault(key, None)
+        for key in ("peak_mem_bytes", "state_bytes", "losses", "step_times_s"):
+            cell.setdefault(key, [])
+        cell.setdefault("extra", {})
+        cell.setdefault("peak_mem_kind", "rss")
+    ok = [c for c in cells if c["status"] == "ok" and c.get("losses")]
+    ref = next((c for c in ok if c["strategy"] == "single" and c["nproc"] == 1), None)
+    ref = ref or next((c for c in ok if c["nproc"] == 1), None)
+    weak = results["settings"]["scaling"] == "weak"
+    results["reference"] = ref["key"] if ref and not weak else None
+    for cell in ok:
+        if ref is not None and not weak:
+            n = min(len(cell["losses"]), len(ref["losses"]))
+            if n:
+                cell["loss_max_abs_diff"] = max(abs(a - b) for a, b in zip(cell["losses"][:n], ref["losses"][:n],
+                                                                            strict=True))
+        base = next((c for c in ok if c["strategy"] == cell["strategy"] and c["nproc"] == 1), ref)
+        if base is not None and base.get("samples_per_s") and cell.get("samples_per_s"):
+            cell["scaling_efficiency"] = cell["samples_per_s"] / (cell["nproc"] * base["samples_per_s"])
+    results.setdefault("recommendation", None)
+
+
+__all__ = ["EQUIVALENCE_TOL", "CompareSettings", "plan_cells", "run_compare"]

@@ -1,0 +1,110 @@
+"""One measured run: launch a script through `paratrain run` under one method, collect what it recorded.
+
+Each run is a separate process group in its own session, so a crash, a hang past the time limit or Ctrl-C stops
+exactly the processes it started (by their process-group id) and nothing else.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from paratrain.bench.collect import read_rank_files, summarize
+from paratrain.metrics import METRICS_VAR
+
+
+@dataclass(frozen=True)
+class CellSpec:
+    strategy: str
+    nproc: int
+    script: str
+    args: list[str] = field(default_factory=list)
+
+    @property
+    def key(self) -> str:
+        return f"{self.strategy}×{self.nproc}"
+
+
+def _slug(key: str) -> str:
+    return "".join(c if c.isalnum() or c in "-_" else "_" for c in key)
+
+
+def _last_error(log: Path) -> str:
+    lines = [ln.strip() for ln in log.read_text(errors="replace").splitlines() if ln.strip()] if log.exists() else []
+    for line in reversed(lines):
+        if line.startswith("paratrain: error"):
+            return line.split(":", 2)[-1].strip()
+    return lines[-1][-300:] if lines else "no output"
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    """Terminate the run's whole process group (torchrun and its workers), then make sure."""
+    for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
+        try:
+            os.killpg(proc.pid, sig)
+        except ProcessLookupError:
+            return
+        try:
+            proc.wait(timeout=wait)
+            return
+        except subprocess.TimeoutExpired:
+            continue
+
+
+def run_cell(spec: CellSpec, folder: Path, *, warmup: int, timeout: float, tokens_per_sample: int | None = None,
+             progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+    """Run one cell to completion (or failure) and return its measurements."""
+    folder.mkdir(parents=True, exist_ok=True)
+    metrics_dir = folder / "metrics"
+    log = folder / "log.txt"
+    env = dict(os.environ, **{METRICS_VAR: str(metrics_dir), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})
+    cmd = [sys.executable, "-m", "paratrain.cli.main", "run", "--strategy", spec.strategy, "--nproc", str(spec.nproc),
+           "--timeout", str(int(max(60, timeout))), spec.script, *spec.args]
+    launch = time.time()
+    start = time.perf_counter()
+    with log.open("w") as fh:
+        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env=env, start_new_session=True)
+        try:
+            while proc.poll() is None:
+                if time.perf_counter() - start > timeout:
+                    _stop(proc)
+                    break
+                if progress is not None:
+                    progress(_steps_so_far(metrics_dir))
+                time.sleep(0.25)
+        except BaseException:  # Ctrl-C: stop what we started, keep what finished
+            _stop(proc)
+            raise
+    wall = time.perf_counter() - start
+    cell: dict[str, Any] = {"wall_s": wall, "log": str(log)}
+    cell.update(summarize(metrics_dir, warmup=warmup, launch_time=launch, tokens_per_sample=tokens_per_sample))
+    if proc.returncode == 0 and cell["steps_done"] > 0:
+        cell.update(status="ok", error=None)
+    elif proc.returncode is None or wall > timeout:
+        cell.update(status="failed", error=f"timed out after {timeout:g} s")
+    elif proc.returncode == 0:
+        cell.update(status="failed", error="the script never called session.step(): nothing to measure")
+    else:
+        cell.update(status="failed", error=_last_error(log))
+    return cell
+
+
+def _steps_so_far(metrics_dir: Path) -> int:
+    file = metrics_dir / "rank0.jsonl"
+    if not file.exists():
+        return 0
+    try:
+        return sum(1 for line in file.read_text().splitlines() if line.startswith('{"step"'))
+    except OSError:
+        return 0
+
+
+__all__ = ["CellSpec", "read_rank_files", "run_cell"]

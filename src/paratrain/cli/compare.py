@@ -1,0 +1,144 @@
+"""`paratrain compare`: every method × world size on a bundled workload or your script → table, report, plots."""
+
+from __future__ import annotations
+
+import datetime
+import shlex
+from pathlib import Path
+from typing import Any
+
+import typer
+from rich.live import Live
+from rich.markup import escape
+from rich.table import Table
+
+from paratrain.cli._render import print_json
+from paratrain.console import err, out
+
+HELP = """Run the training methods side by side, measure them, check they compute the same thing.
+
+Each cell (method × number of processes) trains the same workload through `paratrain run`; paratrain
+records step times, throughput, start-up time, peak memory and model-state bytes per rank, and the loss
+curve, which must match the single-process curve (max |Δloss| ≤ 1e-5 in fp32, else flagged).
+Writes results.json, results.csv, report.md and PNG plots to --out, and a row in the history
+database (`paratrain history`, `paratrain report RUN`).
+
+Examples:
+  paratrain compare                                     # all methods × {1,2} on the digits MLP
+  paratrain compare --full                              # also the small GPT
+  paratrain compare --strategies ddp,fsdp:shard=grad_op --nproc 1,2,4 --steps 200
+  paratrain compare --script train.py --script-args "--lr 3e-4" --strategies single,ddp,fsdp
+"""
+
+
+class LiveCells:
+    """A live table with one row per cell: queued / running step k/N / done / failed with the reason."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, str] = {}
+        self.live = Live(self._render(), console=err, refresh_per_second=4, transient=False)
+
+    def _render(self) -> Table:
+        table = Table(title="paratrain compare", title_justify="left")
+        table.add_column("cell")
+        table.add_column("status")
+        for key, text in self.rows.items():
+            table.add_row(key, text)
+        return table
+
+    def update(self, key: str, text: str, cell: dict[str, Any] | None) -> None:
+        if cell is not None:
+            if cell["status"] == "ok":
+                sps = cell.get("samples_per_s")
+                text = f"[green]done[/] {sps:,.0f} samples/s" if sps else "[green]done[/]"
+            else:
+                text = f"[red]{escape(cell['status'])}[/]: {escape(str(cell.get('error') or ''))}"
+        else:
+            text = escape(text)
+        self.rows[key] = text
+        self.live.update(self._render())
+
+
+def _parse_nproc(text: str) -> list[int]:
+    from paratrain.errors import ConfigError
+
+    try:
+        return [int(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise ConfigError(f'--nproc "{text}" is not a comma-separated list of numbers', hint="e.g. --nproc 1,2,4") from None
+
+
+def _out_dir(out: str | None, workload: str) -> Path:
+    from paratrain.errors import ConfigError
+
+    if out:
+        folder = Path(out)
+        if folder.exists() and any(folder.iterdir()) and not (folder / "results.json").exists():
+            raise ConfigError(f"{folder} is not empty and holds no paratrain results; refusing to write into it",
+                              hint="choose a new --out folder")
+        return folder
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"compare-{workload}-{stamp}"
+
+
+def compare(
+    workload: str = typer.Option("mlp", "--workload", "-w", help="Bundled workload: mlp (digits) or gpt (char LM)."),
+    full: bool = typer.Option(False, "--full", help="Run both bundled workloads (mlp and gpt)."),
+    script: str = typer.Option(None, "--script", help="Measure your own Session-based script instead."),
+    script_args: str = typer.Option("", "--script-args", help='Arguments for --script, quoted: "--lr 3e-4".'),
+    strategies: str = typer.Option(None, "--strategies", "-s",
+                                   help="Comma-separated method specs (default: every torch method)."),
+    nproc: str = typer.Option("1,2", "--nproc", "-n", help="World sizes to try, comma-separated."),
+    steps: int = typer.Option(None, "--steps", help="Optimizer steps per cell (default: the workload's)."),
+    warmup: int = typer.Option(5, "--warmup", help="Steps left out of the timing."),
+    repeat: int = typer.Option(1, "--repeat", help="Runs per cell; the median run is reported."),
+    scaling: str = typer.Option("strong", "--scaling", help="strong: global batch fixed; weak: per-rank batch fixed."),
+    timeout: float = typer.Option(300.0, "--timeout", help="Seconds allowed per cell before it counts as failed."),
+    out_dir: str = typer.Option(None, "--out", help="Output folder (default runs/compare-<workload>-<time>/)."),
+    db: str = typer.Option(None, "--db", help="History database (default ~/.paratrain/history.db or $PARATRAIN_HOME)."),
+    json_out: bool = typer.Option(False, "--json", help="Print only the results JSON (no live table)."),
+) -> int:
+    from paratrain.bench import report, store
+    from paratrain.bench.compare import CompareSettings, run_compare
+    from paratrain.errors import ConfigError
+
+    if full and script:
+        raise ConfigError("--full runs the bundled workloads; it cannot be combined with --script")
+    workloads = ["mlp", "gpt"] if full else [workload]
+    specs = [s.strip() for s in strategies.split(",") if s.strip()] if strategies else None
+    all_results = []
+    interrupted = False
+    for name in workloads:
+        settings = CompareSettings(workload=None if script else name, script=script,
+                                   script_args=shlex.split(script_args), strategies=specs, nproc=_parse_nproc(nproc),
+                                   steps=steps, warmup=warmup, repeat=repeat, scaling=scaling, timeout=timeout)
+        folder = _out_dir(out_dir if len(workloads) == 1 else (f"{out_dir}/{name}" if out_dir else None),
+                          "script" if script else name)
+        folder.mkdir(parents=True, exist_ok=True)
+        if json_out:
+            results = run_compare(settings, folder)
+        else:
+            live = LiveCells()
+            with live.live:
+                results = run_compare(settings, folder, live.update)
+        paths = report.write_outputs(results, folder)
+        store.save_run(results, folder, Path(db) if db else None)
+        all_results.append(results)
+        if not json_out:
+            out.print(report.results_table(results))
+            for line in results["recommendation"]["lines"]:
+                out.print(f"• {escape(line)}")
+            out.print(f"\nreport: {paths.get('report', folder / 'report.md')}   run id: {results['id']}")
+        if results.get("interrupted"):
+            interrupted = True
+            break
+    if json_out:
+        print_json(all_results[0] if len(all_results) == 1 else all_results)
+    if interrupted:
+        err.print("paratrain: interrupted — finished cells were kept in the report above")
+        return 130
+    return 0
+
+
+def register(app: typer.Typer) -> None:
+    app.command("compare", help=HELP)(compare)

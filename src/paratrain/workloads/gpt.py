@@ -1,0 +1,92 @@
+"""``gpt``: a small decoder-only transformer trained on characters of a bundled public-domain text.
+
+Blocks live in an ``nn.ModuleList`` so FSDP shards them one by one, as it would a real language model.
+"""
+
+from __future__ import annotations
+
+import math
+from importlib import resources
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+from torch.utils.data import Dataset
+
+from paratrain.workloads.base import Built, Workload
+
+SEQ_LEN = 64
+
+
+def _text() -> str:
+    return resources.files("paratrain.workloads").joinpath("data/declaration.txt").read_text(encoding="utf-8")
+
+
+class CharWindows(Dataset):
+    """Every SEQ_LEN-character window of the text (input) and the same window shifted by one (target)."""
+
+    def __init__(self, ids: torch.Tensor, seq_len: int = SEQ_LEN) -> None:
+        self.ids, self.seq_len = ids, seq_len
+
+    def __len__(self) -> int:
+        return len(self.ids) - self.seq_len - 1
+
+    def __getitem__(self, i: int) -> tuple[torch.Tensor, torch.Tensor]:
+        chunk = self.ids[i:i + self.seq_len + 1]
+        return chunk[:-1], chunk[1:]
+
+
+class Block(nn.Module):
+    def __init__(self, dim: int, heads: int) -> None:
+        super().__init__()
+        self.heads = heads
+        self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
+        self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads).unbind(dim=2)
+        att = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
+        x = x + self.proj(att.transpose(1, 2).reshape(b, t, d))
+        return x + self.mlp(self.ln2(x))
+
+
+class TinyGPT(nn.Module):
+    def __init__(self, vocab: int, dim: int = 64, depth: int = 2, heads: int = 4, seq_len: int = SEQ_LEN) -> None:
+        super().__init__()
+        self.tok, self.pos = nn.Embedding(vocab, dim), nn.Embedding(seq_len, dim)
+        self.blocks = nn.ModuleList(Block(dim, heads) for _ in range(depth))
+        self.ln, self.head = nn.LayerNorm(dim), nn.Linear(dim, vocab)
+
+    def forward(self, idx: torch.Tensor) -> torch.Tensor:
+        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln(x))
+
+
+def _loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    return F.cross_entropy(logits.reshape(-1, logits.shape[-1]), target.reshape(-1))
+
+
+@torch.no_grad()
+def _perplexity(model: nn.Module, data: Dataset, device: torch.device) -> dict[str, float]:
+    idx = range(0, len(data), max(1, len(data) // 64))
+    x = torch.stack([data[i][0] for i in idx]).to(device)
+    y = torch.stack([data[i][1] for i in idx]).to(device)
+    return {"perplexity": math.exp(_loss(model(x), y).item())}
+
+
+def build(dim: int = 64, depth: int = 2, heads: int = 4, seed: int = 0) -> Built:
+    text = _text()
+    vocab = sorted(set(text))
+    ids = torch.tensor([vocab.index(c) for c in text], dtype=torch.long)
+    split = int(len(ids) * 0.9)
+    torch.manual_seed(seed)
+    model = TinyGPT(len(vocab), dim, depth, heads)
+    return Built(model, CharWindows(ids[:split]), CharWindows(ids[split:]), _loss, _perplexity)
+
+
+WORKLOAD = Workload("gpt", "decoder-only transformer, character-level, on a bundled public-domain text", build,
+                    global_batch=32, steps=60, lr=3e-3, tokens_per_sample=SEQ_LEN)

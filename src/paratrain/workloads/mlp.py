@@ -1,0 +1,46 @@
+"""``mlp``: an MLP on scikit-learn's handwritten digits. Small enough for two CPU cores, real enough to learn."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.utils.data import TensorDataset
+
+from paratrain.errors import ConfigError
+from paratrain.workloads.base import Built, Workload
+
+TEST_SAMPLES = 297  # 1,797 images: 1,500 to train on, the rest to measure accuracy
+
+
+def _digits() -> tuple[torch.Tensor, torch.Tensor]:
+    try:
+        from sklearn.datasets import load_digits
+    except ImportError:
+        raise ConfigError("the mlp workload needs scikit-learn (it ships the digits data set)",
+                          hint='pip install "paratrain[compare]"') from None
+    data = load_digits()
+    x = torch.tensor(data.data, dtype=torch.float32) / 16.0
+    y = torch.tensor(data.target, dtype=torch.long)
+    return x, y
+
+
+@torch.no_grad()
+def _accuracy(model: nn.Module, data: TensorDataset, device: torch.device) -> dict[str, float]:
+    x, y = data.tensors
+    pred = model(x.to(device)).argmax(dim=1).cpu()
+    return {"accuracy": (pred == y).float().mean().item()}
+
+
+def build(hidden: int = 256, seed: int = 0) -> Built:
+    x, y = _digits()
+    gen = torch.Generator().manual_seed(1234)
+    order = torch.randperm(len(x), generator=gen)
+    test, train = order[:TEST_SAMPLES], order[TEST_SAMPLES:]
+    torch.manual_seed(seed)
+    model = nn.Sequential(nn.Linear(64, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 10))
+    return Built(model, TensorDataset(x[train], y[train]), TensorDataset(x[test], y[test]),
+                 nn.CrossEntropyLoss(), _accuracy)
+
+
+WORKLOAD = Workload("mlp", "MLP classifier on the 8×8 digits set (1,797 images)", build,
+                    global_batch=64, steps=120, lr=1e-3)

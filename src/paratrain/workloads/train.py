@@ -1,0 +1,52 @@
+"""The training script `paratrain compare` launches for a bundled workload: an ordinary Session script.
+
+    paratrain run -s ddp -n 2 -m paratrain.workloads.train   (compare passes the file path instead)
+    python src/paratrain/workloads/train.py --workload gpt --steps 20
+"""
+
+from __future__ import annotations
+
+import argparse
+
+import torch
+from torch.utils.data import DataLoader
+
+import paratrain as pt
+from paratrain import metrics
+from paratrain.workloads import get
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(description="Train a bundled paratrain workload.")
+    p.add_argument("--workload", default="mlp")
+    p.add_argument("--steps", type=int, default=None)
+    p.add_argument("--batch-size", type=int, default=None, help="global batch (per rank with --per-rank-batch)")
+    p.add_argument("--per-rank-batch", action="store_true", help="weak scaling: batch size is per rank")
+    p.add_argument("--lr", type=float, default=None)
+    args = p.parse_args(argv)
+    workload = get(args.workload)
+    steps = args.steps or workload.steps
+    built = workload.build()
+    session = pt.Session(per_rank_batch=args.per_rank_batch)
+    optimizer = torch.optim.AdamW(built.model.parameters(), lr=args.lr or workload.lr)
+    loader = DataLoader(built.train, batch_size=args.batch_size or workload.global_batch, shuffle=True)
+    model, optimizer, loader = session.prepare(built.model, optimizer, loader)
+    loss = torch.zeros(())
+    while session.step_count < steps:
+        for x, y in loader:
+            loss = built.loss_fn(model(x), y)
+            session.backward(loss)
+            session.step()
+            if session.step_count >= steps:
+                break
+    final = float(session.all_reduce(loss.detach(), op="mean"))
+    model.eval()
+    result = built.evaluate(model, built.test, session.device)  # every rank: sharded models need all of them
+    metrics.log(final_loss=final, **result)
+    session.print(f"{workload.name} {session.strategy}×{session.world_size}: loss {final:.4f} "
+                  + " ".join(f"{k} {v:.4f}" for k, v in result.items()))
+    session.close()
+
+
+if __name__ == "__main__":
+    main()
