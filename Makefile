@@ -9,7 +9,7 @@ TORCH  := torch==2.13.0
 .PHONY: help install install-all test lint demo clean
 
 help:
-	@echo "make demo         create .venv, install paratrain, show this machine (gpus, doctor)"
+	@echo "make demo         create .venv, install paratrain, show this machine, run paratrain compare"
 	@echo "make test         create .venv, install all extras + test tools, run lint and the whole test suite"
 	@echo "make install      core package only (torch, typer, rich, nvidia-ml-py, psutil)"
 	@echo "make install-all  every extra: [all,test]"
@@ -41,7 +41,8 @@ test: $(VENV)/.all
 
 demo: $(VENV)/.all
 	$(VENV)/bin/paratrain gpus
-	$(VENV)/bin/paratrain doctor
+	OMP_NUM_THREADS=1 $(VENV)/bin/paratrain compare --out runs/demo
+	@echo "report: runs/demo/report.md (plots beside it); past runs: $(VENV)/bin/paratrain history"
 
 clean:
 	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .ruff_cache

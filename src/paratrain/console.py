@@ -12,8 +12,10 @@ import sys
 from rich.console import Console
 from rich.markup import escape
 
-err = Console(stderr=True, highlight=False, soft_wrap=True)
-out = Console(highlight=False, soft_wrap=True)
+# Piped or logged output is not limited to 80 columns (rich's default off a terminal): tables stay readable.
+_WIDTH = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "160"))
+err = Console(stderr=True, highlight=False, soft_wrap=True, width=_WIDTH)
+out = Console(highlight=False, soft_wrap=True, width=_WIDTH)
 _seen: set[str] = set()
 
 

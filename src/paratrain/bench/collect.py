@@ -69,7 +69,8 @@ def summarize(folder: Path, *, warmup: int, launch_time: float, tokens_per_sampl
         out["step_time_p90_s"] = percentile(timed, 0.9)
         per_step = statistics.median(timed_samples)
         out["samples_per_s"] = per_step / median if median > 0 else None
-        out["tokens_per_s"] = out["samples_per_s"] * tokens_per_sample if tokens_per_sample and out["samples_per_s"] else None
+        sps = out["samples_per_s"]
+        out["tokens_per_s"] = sps * tokens_per_sample if tokens_per_sample and sps else None
     first = steps.get(complete[0]) if complete else None
     if first:
         out["startup_s"] = min(r["t"] for r in first) - launch_time

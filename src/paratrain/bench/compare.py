@@ -76,9 +76,14 @@ def _script_args(settings: CompareSettings, nproc: int) -> tuple[str, list[str]]
     return WORKLOAD_SCRIPT, args
 
 
+def default_strategies() -> list[str]:
+    """Every torch method in the registry; those that cannot run here become 'unavailable' rows."""
+    return [str(m) for m, e in registry.REGISTRY.items() if e.framework == "torch"]
+
+
 def plan_cells(settings: CompareSettings) -> list[Cell]:
     """Every (method, world size) to run, plus one 'unavailable' row per method that cannot run here."""
-    names = settings.strategies or [str(m) for m, e in registry.REGISTRY.items() if e.framework == "torch"]
+    names = settings.strategies or default_strategies()
     cells: list[Cell] = []
     for spec in names:
         name, _ = registry.parse_spec(spec)
@@ -191,7 +196,8 @@ def _settings_dict(settings: CompareSettings) -> dict[str, Any]:
     out: dict[str, Any] = {
         "workload": None if settings.script else (settings.workload or "mlp"),
         "script": settings.script, "script_args": settings.script_args,
-        "strategies": settings.strategies, "nproc": settings.nproc, "steps": settings.steps or _default_steps(settings),
+        "strategies": settings.strategies or default_strategies(), "nproc": settings.nproc,
+        "steps": settings.steps or _default_steps(settings),
         "warmup": settings.warmup, "repeat": settings.repeat, "scaling": settings.scaling,
         "global_batch": None, "tokens_per_sample": None,
     }

@@ -65,7 +65,8 @@ def _parse_nproc(text: str) -> list[int]:
     try:
         return [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise ConfigError(f'--nproc "{text}" is not a comma-separated list of numbers', hint="e.g. --nproc 1,2,4") from None
+        raise ConfigError(f'--nproc "{text}" is not a comma-separated list of numbers',
+                          hint="e.g. --nproc 1,2,4") from None
 
 
 def _out_dir(out: str | None, workload: str) -> Path:

@@ -44,6 +44,7 @@ WORKLOADS = ("mlp", "gpt")
 def get(name: str) -> Workload:
     found = _registry().get(name)
     if found is None:
-        raise ConfigError(f'unknown workload "{name}" (bundled: {", ".join(WORKLOADS)}).{did_you_mean(name, WORKLOADS)}',
+        known = ", ".join(WORKLOADS)
+        raise ConfigError(f'unknown workload "{name}" (bundled: {known}).{did_you_mean(name, WORKLOADS)}',
                           hint="or measure your own script with --script train.py")
     return found

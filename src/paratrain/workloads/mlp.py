@@ -31,7 +31,7 @@ def _accuracy(model: nn.Module, data: TensorDataset, device: torch.device) -> di
     return {"accuracy": (pred == y).float().mean().item()}
 
 
-def build(hidden: int = 256, seed: int = 0) -> Built:
+def build(hidden: int = 512, seed: int = 0) -> Built:
     x, y = _digits()
     gen = torch.Generator().manual_seed(1234)
     order = torch.randperm(len(x), generator=gen)
@@ -43,4 +43,4 @@ def build(hidden: int = 256, seed: int = 0) -> Built:
 
 
 WORKLOAD = Workload("mlp", "MLP classifier on the 8×8 digits set (1,797 images)", build,
-                    global_batch=64, steps=120, lr=1e-3)
+                    global_batch=128, steps=120, lr=1e-3)

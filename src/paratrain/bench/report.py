@@ -1,0 +1,408 @@
+"""Turn a ``paratrain compare`` results dict into a decision: a recommendation in plain words, a table, and files.
+
+Why plain words: a table of twelve columns does not say which method to use. :func:`recommend` picks the fastest
+method whose losses match the reference (a faster method that trains a different model is not a speed-up) and
+says why, with the numbers. A cell whose max |Δloss| exceeds :data:`TOLERANCE` is never hidden: it is shown in red
+and called NOT EQUIVALENT everywhere. ``scaling_efficiency`` and ``comm_share`` are fractions (0.95 = 95 %).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import shlex
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from rich.markup import escape
+from rich.table import Table
+
+TOLERANCE = 1e-5  # max |Δloss| above this: the cell is not training the same model
+MIB = 1 << 20
+WINNER_MARK = "★"
+DASH = "—"
+COLUMNS = ("method", "procs", "samples/s", "step ms median/p90", "start-up s", "peak mem/rank MiB",
+           "state/rank MiB", "scaling eff", "final loss", "max |Δloss|", "status")
+CSV_FIELDS = ("key", "strategy", "nproc", "status", "samples_per_s", "tokens_per_s", "step_time_median_s",
+              "step_time_p90_s", "startup_s", "wall_s", "peak_mem_bytes_max", "peak_mem_kind", "state_bytes_max",
+              "comm_share", "scaling_efficiency", "final_loss", "loss_max_abs_diff", "equivalent", "winner",
+              "error", "log")
+
+
+def _ok(cell: dict[str, Any]) -> bool:
+    return cell.get("status") == "ok"
+
+
+def _sps(cell: dict[str, Any]) -> float | None:
+    return cell.get("samples_per_s") if _ok(cell) else None
+
+
+def _flagged(cell: dict[str, Any]) -> bool:
+    diff = cell.get("loss_max_abs_diff")
+    return diff is not None and diff > TOLERANCE
+
+
+def _max(values: list[int] | None) -> int | None:
+    return max(values) if values else None
+
+
+def ranked(results: dict[str, Any]) -> list[dict[str, Any]]:
+    """Cells by throughput, fastest first; ok cells without a throughput next, failed/unavailable last."""
+    cells = results.get("cells") or []
+    ok = sorted((c for c in cells if _sps(c) is not None), key=lambda c: -c["samples_per_s"])
+    return ok + [c for c in cells if _ok(c) and _sps(c) is None] + [c for c in cells if not _ok(c)]
+
+
+def _winner_key(results: dict[str, Any]) -> str | None:
+    rec = results.get("recommendation")
+    return rec.get("winner") if isinstance(rec, dict) else recommend(results)["winner"]
+
+
+def _x(ratio: float) -> str:
+    return f"{ratio:.0f}×" if ratio >= 100 else f"{ratio:.2g}×"
+
+
+def _pct(frac: float) -> str:
+    return f"{frac * 100:.0f} %"
+
+
+def _winner_line(win: dict[str, Any], base: dict[str, Any] | None, others: int) -> str:
+    parts = [f"{win['samples_per_s']:,.0f} samples/s"]
+    if base is not None and base is not win and base.get("samples_per_s"):
+        parts.append(f"{_x(win['samples_per_s'] / base['samples_per_s'])} {base['key']} throughput")
+    if win.get("nproc", 1) > 1 and win.get("scaling_efficiency") is not None:
+        parts.append(f"{_pct(win['scaling_efficiency'])} scaling efficiency")
+    if win.get("comm_share") is not None:
+        parts.append(f"{_pct(win['comm_share'])} of step time in communication")
+    if base is not None and base is not win and win.get("loss_max_abs_diff") is not None:
+        parts.append(f"same losses as {base['key']} (max |Δloss| {win['loss_max_abs_diff']:.1e})")
+    line = f"Use {win['key']}: " + ", ".join(parts) + "."
+    if base is win and others:
+        line += " No parallel method beat one process at this model size: communication costs more than it saves."
+    return line
+
+
+def _other_line(cell: dict[str, Any], win: dict[str, Any] | None, ref_key: str | None) -> str:
+    key = cell["key"]
+    speed = (f"{_x(cell['samples_per_s'] / win['samples_per_s'])} {win['key']} speed"
+             if win and cell.get("samples_per_s") is not None and win.get("samples_per_s") else "speed not measured")
+    if _flagged(cell):
+        return (f"{key}: NOT EQUIVALENT — max |Δloss| {cell['loss_max_abs_diff']:.1e} vs {ref_key} is above the "
+                f"{TOLERANCE:.0e} tolerance, so its {speed} does not count; check its loss curve and log.")
+    if key == ref_key:
+        return f"{key} (the reference): {speed}."
+    eff = cell.get("scaling_efficiency")
+    tail = f", {_pct(eff)} scaling efficiency" if cell.get("nproc", 1) > 1 and eff is not None else ""
+    if cell.get("loss_max_abs_diff") is None:
+        return f"{key}: {speed}{tail} (losses not compared: no reference)."
+    return f"{key}: equal loss but {speed} at this size{tail}."
+
+
+def _memory_lines(ok: list[dict[str, Any]], win: dict[str, Any]) -> list[str]:
+    """Name the cells that hold less model state per rank than the winner: the choice when memory is the limit."""
+    lines, ws = [], _max(win.get("state_bytes"))
+    for cell in ok:
+        cs = _max(cell.get("state_bytes"))
+        if cell is win or not ws or cs is None or cs >= 0.95 * ws:
+            continue
+        caveat = " (but its losses are NOT EQUIVALENT)" if _flagged(cell) else ""
+        lines.append(f"{cell['key']} holds {_pct(1 - cs / ws)} less model state per rank than {win['key']} "
+                     f"({cs / MIB:.2f} vs {ws / MIB:.2f} MiB): the choice if the model does not fit{caveat}.")
+    return lines
+
+
+def recommend(results: dict[str, Any]) -> dict[str, Any]:
+    """``{"winner": key or None, "lines": [...]}``: the fastest ok cell whose losses match the reference (or were
+    not compared), and one sentence per cell saying how it compares, grounded in the measured numbers."""
+    cells = results.get("cells") or []
+    if not cells:
+        return {"winner": None, "lines": ["No methods were run, so there is nothing to compare."]}
+    ok = [c for c in ranked(results) if _sps(c) is not None]
+    candidates = [c for c in ok if not _flagged(c)]
+    win = candidates[0] if candidates else None
+    ref_key = results.get("reference")
+    base = next((c for c in ok if c["key"] == ref_key), None)
+    lines: list[str] = []
+    if win is not None:
+        lines.append(_winner_line(win, base, len(ok) - 1))
+    elif ok:
+        lines.append(f"No recommendation: every method that finished has losses that differ from {ref_key} by "
+                     f"more than {TOLERANCE:.0e}.")
+    else:
+        lines.append("No recommendation: no method finished; the reasons are below.")
+    if ok and base is None:
+        lines.append("No single-process reference finished, so speed-ups and loss equivalence are not measured "
+                     "against one process; include `single` with --nproc 1 to get them.")
+    lines += [_other_line(c, win, ref_key) for c in ok if c is not win]
+    if win is not None:
+        lines += _memory_lines(ok, win)
+    lines += [f"{c['key']} {c.get('status')}: {c.get('error') or 'no reason recorded'}" for c in cells if not _ok(c)]
+    if len(cells) == 1:
+        lines.append(f"Only one method ran ({cells[0]['key']}); pass more with --strategies to compare.")
+    return {"winner": win["key"] if win else None, "lines": lines}
+
+
+def _num(value: float | None, fmt: str) -> str:
+    return DASH if value is None else format(value, fmt)
+
+
+def _ms(seconds: float | None) -> str:
+    return DASH if seconds is None else f"{seconds * 1e3:.1f}"
+
+
+def _mib(nbytes: int | None, fmt: str = ",.1f") -> str:
+    return DASH if nbytes is None else format(nbytes / MIB, fmt)
+
+
+def _md_row(cols: Iterable[str]) -> str:
+    return "| " + " | ".join(c.replace("|", "\\|").replace("\n", " ") for c in cols) + " |"
+
+
+def _diff_text(cell: dict[str, Any], ref_key: str | None) -> str:
+    if cell["key"] == ref_key:
+        return "ref"
+    diff = cell.get("loss_max_abs_diff")
+    return DASH if diff is None else ("0" if diff == 0 else f"{diff:.1e}")
+
+
+def _row(cell: dict[str, Any], winner: str | None, ref_key: str | None) -> list[str]:
+    mem, state = _max(cell.get("peak_mem_bytes")), _max(cell.get("state_bytes"))
+    med, p90 = cell.get("step_time_median_s"), cell.get("step_time_p90_s")
+    eff = cell.get("scaling_efficiency")
+    return [
+        f"{WINNER_MARK} {cell['key']}" if cell["key"] == winner else cell["key"],
+        str(cell.get("nproc", "")),
+        _num(cell.get("samples_per_s"), ",.1f"),
+        DASH if med is None else f"{_ms(med)}/{_ms(p90)}",
+        _num(cell.get("startup_s"), ".1f"),
+        _mib(mem) + (" (cuda)" if mem is not None and cell.get("peak_mem_kind") == "cuda" else ""),
+        _mib(state, ",.2f"),
+        DASH if eff is None else _pct(eff),
+        _num(cell.get("final_loss"), ".4g"),
+        _diff_text(cell, ref_key),
+    ]
+
+
+def _status(cell: dict[str, Any]) -> tuple[str, str | None]:
+    """(status word, reason or None)."""
+    if _ok(cell):
+        return ("ok, NOT EQUIVALENT" if _flagged(cell) else "ok"), None
+    return str(cell.get("status")), cell.get("error") or "no reason recorded"
+
+
+def _caption(results: dict[str, Any]) -> str:
+    ref = results.get("reference")
+    against = f"against {ref}" if ref else "not compared (no reference)"
+    return f"{WINNER_MARK} recommended · max |Δloss| {against}; above {TOLERANCE:.0e} = NOT EQUIVALENT"
+
+
+def results_table(results: dict[str, Any]) -> Table:
+    """The comparison as a rich Table, fastest first, the winner starred, non-equivalent losses in red."""
+    winner, ref = _winner_key(results), results.get("reference")
+    table = Table(title=f"paratrain compare — {escape(str(results.get('id', '')))}", title_justify="left",
+                  caption=escape(_caption(results)), caption_justify="left", header_style="bold")
+    for name in COLUMNS:
+        table.add_column(escape(name), justify="left" if name in ("method", "status") else "right")
+    for cell in ranked(results):
+        cols = [escape(v) for v in _row(cell, winner, ref)]
+        if _flagged(cell):
+            cols[-1] = f"[bold red]{cols[-1]}[/]"
+        if cell["key"] == winner:
+            cols[0] = f"[bold green]{cols[0]}[/]"
+        word, why = _status(cell)
+        colour = {"ok": "green", "unavailable": "yellow"}.get(word, "red")
+        cols.append(f"[{colour}]{escape(word)}[/]" + (f": {escape(why)}" if why else ""))
+        table.add_row(*cols)
+    return table
+
+
+def results_markdown(results: dict[str, Any]) -> str:
+    """The same table as GitHub markdown; a flagged Δloss reads **… NOT EQUIVALENT** (no colour in markdown)."""
+    winner, ref = _winner_key(results), results.get("reference")
+    out = [_md_row(COLUMNS), "|" + "---|" * len(COLUMNS)]
+    for cell in ranked(results):
+        cols = _row(cell, winner, ref)
+        if _flagged(cell):
+            cols[-1] = f"**{cols[-1]} NOT EQUIVALENT**"
+        word, why = _status(cell)
+        cols.append(word + (f": {why}" if why else ""))
+        out.append(_md_row(cols))
+    return "\n".join(out) + f"\n\n{_caption(results)}\n"
+
+
+def reproduce_command(results: dict[str, Any]) -> str:
+    """The ``paratrain compare`` command line that repeats this run's settings."""
+    s = results.get("settings") or {}
+    cmd = ["paratrain", "compare"]
+    if s.get("workload"):
+        cmd += ["--workload", s["workload"]]
+    elif s.get("script"):
+        cmd += ["--script", str(s["script"])]
+        if s.get("script_args"):
+            cmd += ["--script-args", shlex.join(map(str, s["script_args"]))]
+    cmd += ["--strategies", ",".join(s.get("strategies") or []), "--nproc", ",".join(map(str, s.get("nproc") or []))]
+    for key in ("steps", "warmup", "repeat", "scaling"):  # the global batch follows from the workload
+        if s.get(key) is not None:
+            cmd += [f"--{key}", str(s[key])]
+    return shlex.join(cmd)
+
+
+def _settings_md(results: dict[str, Any]) -> list[str]:
+    s = results.get("settings") or {}
+    what = (f"workload `{s['workload']}`" if s.get("workload")
+            else f"script `{shlex.join([str(s.get('script')), *map(str, s.get('script_args') or [])])}`")
+    tokens = f", {s['tokens_per_sample']} tokens per sample" if s.get("tokens_per_sample") else ""
+    return [f"- What: {what}", f"- Methods: {', '.join(s.get('strategies') or [])}",
+            f"- Processes: {', '.join(map(str, s.get('nproc') or []))}",
+            f"- Steps: {s.get('steps')} (the first {s.get('warmup')} are warm-up, not timed), "
+            f"repeat {s.get('repeat')}",
+            f"- Scaling: {s.get('scaling')}, global batch {s.get('global_batch')}{tokens}"]
+
+
+def _env_md(results: dict[str, Any]) -> list[str]:
+    env = results.get("env") or {}
+    inv = env.get("inventory") or {}
+    gpus = inv.get("gpus") or []
+    if gpus:
+        labels = Counter(f"{g.get('name')} ({g.get('memory_total_mib') or '?'} MiB)" for g in gpus)
+        gpu_text = ", ".join(f"{n} × {label}" for label, n in labels.items())
+    else:
+        gpu_text = "none" + (f" ({inv['reason']})" if inv.get("reason") else "")
+    cpu = inv.get("cpu") or {}
+    cpu_text = (f"{cpu.get('cores')} cores ({cpu.get('logical_cores')} logical), {cpu.get('memory_gib')} GiB RAM"
+                if cpu else "unknown")
+    return [f"- Python {env.get('python')}, torch {env.get('torch')}, {env.get('platform')}",
+            f"- Host: {env.get('hostname')}", f"- GPUs: {gpu_text}", f"- CPU: {cpu_text}"]
+
+
+def _equivalence_md(results: dict[str, Any]) -> list[str]:
+    ref = results.get("reference")
+    if not ref:
+        return ["No reference cell ran, so losses were not compared between methods."]
+    lines = [f"Each cell's per-step loss is compared with {ref}; above {TOLERANCE:.0e} the cell is not training "
+             "the same model and its speed does not count.", ""]
+    for cell in results.get("cells") or []:
+        diff = cell.get("loss_max_abs_diff")
+        if cell["key"] == ref:
+            verdict = "reference"
+        elif not _ok(cell):
+            verdict = f"not compared ({cell.get('status')})"
+        elif diff is None:
+            verdict = "not compared"
+        else:
+            word = "**NOT EQUIVALENT**" if _flagged(cell) else "equivalent"
+            verdict = f"max |Δloss| {_diff_text(cell, ref)} — {word}"
+        lines.append(f"- {cell['key']}: {verdict}")
+    return lines
+
+
+def _report_md(results: dict[str, Any], plots: list[Path] | None) -> str:
+    rec = results["recommendation"]
+    parts = [f"# paratrain compare — {results.get('id')}", "",
+             f"Created {results.get('created')} with paratrain {results.get('paratrain')}.", "",
+             "## Settings", "", *_settings_md(results), "", "## Environment", "", *_env_md(results), "",
+             "## Results", "", results_markdown(results), "## Recommendation", "",
+             *[f"- {line}" for line in rec["lines"]], "", "## Plots", ""]
+    if plots is None:
+        parts.append('Plots were skipped: matplotlib is not installed. Install it with `pip install '
+                     f'"paratrain[plots]"` and run `paratrain report {results.get("id")}` to add them.')
+    else:
+        parts += [f"![{p.stem.replace('_', ' ')}]({p.name})" for p in plots]
+    parts += ["", "## Equivalence", "", *_equivalence_md(results), "", "## How to reproduce", "", "```",
+              reproduce_command(results), "```"]
+    logs = [f"- {c['key']}: `{c['log']}`" for c in results.get("cells") or [] if c.get("log")]
+    if logs:
+        parts += ["", "## Logs", "", *logs]
+    return "\n".join(parts) + "\n"
+
+
+def _csv_row(cell: dict[str, Any], winner: str | None) -> dict[str, Any]:
+    row = {k: cell.get(k) for k in CSV_FIELDS}
+    row.update(peak_mem_bytes_max=_max(cell.get("peak_mem_bytes")), state_bytes_max=_max(cell.get("state_bytes")),
+               equivalent=None if cell.get("loss_max_abs_diff") is None else not _flagged(cell),
+               winner=cell["key"] == winner)
+    row.update({f"extra_{k}": v for k, v in (cell.get("extra") or {}).items()})
+    return row
+
+
+def write_outputs(results: dict[str, Any], out_dir: Path) -> dict[str, Path]:
+    """Write results.json, results.csv, the plots and report.md into ``out_dir``; return their paths by name.
+
+    Fills ``results["recommendation"]`` in place, so the dict the caller saves to the history next carries the
+    same recommendation as the files. Missing matplotlib skips the plots (report.md says how to get them).
+    """
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    results["recommendation"] = recommend(results)
+    winner = results["recommendation"]["winner"]
+    paths = {"json": out_dir / "results.json", "csv": out_dir / "results.csv", "report": out_dir / "report.md"}
+    paths["json"].write_text(json.dumps(results, indent=2, default=str) + "\n", encoding="utf-8")
+    extras = sorted({f"extra_{k}" for c in results.get("cells") or [] for k in c.get("extra") or {}})
+    with paths["csv"].open("w", newline="", encoding="utf-8") as fh:
+        writer = csv.DictWriter(fh, fieldnames=[*CSV_FIELDS, *extras])
+        writer.writeheader()
+        writer.writerows(_csv_row(c, winner) for c in ranked(results))
+    try:
+        from paratrain.bench.plots import plot_all
+
+        plots: list[Path] | None = plot_all(results, out_dir)
+    except ImportError:
+        plots = None
+    for p in plots or []:
+        paths[p.stem] = p
+    paths["report"].write_text(_report_md(results, plots), encoding="utf-8")
+    return paths
+
+
+def diff_rows(a: dict[str, Any], b: dict[str, Any]) -> list[dict[str, Any]]:
+    """One dict per cell key present in either run (A's order first): throughput, step time, memory, status."""
+    ca = {c["key"]: c for c in a.get("cells") or []}
+    cb = {c["key"]: c for c in b.get("cells") or []}
+    rows = []
+    for key in [*ca, *(k for k in cb if k not in ca)]:
+        x, y = ca.get(key, {}), cb.get(key, {})
+        sa, sb = _sps(x) if x else None, _sps(y) if y else None
+        rows.append({"key": key, "samples_per_s_a": sa, "samples_per_s_b": sb,
+                     "ratio": sb / sa if sa and sb is not None else None,
+                     "step_median_s_a": x.get("step_time_median_s"), "step_median_s_b": y.get("step_time_median_s"),
+                     "peak_mem_bytes_a": _max(x.get("peak_mem_bytes")),
+                     "peak_mem_bytes_b": _max(y.get("peak_mem_bytes")),
+                     "status_a": x.get("status", "absent"), "status_b": y.get("status", "absent")})
+    return rows
+
+
+DIFF_COLUMNS = ("method", "samples/s A", "samples/s B", "B/A", "step ms A", "step ms B", "peak MiB A", "peak MiB B",
+                "status")
+
+
+def _diff_cols(r: dict[str, Any]) -> list[str]:
+    status = r["status_a"] if r["status_a"] == r["status_b"] else f"{r['status_a']} → {r['status_b']}"
+    return [r["key"], _num(r["samples_per_s_a"], ",.1f"), _num(r["samples_per_s_b"], ",.1f"),
+            DASH if r["ratio"] is None else f"{r['ratio']:.2f}×", _ms(r["step_median_s_a"]), _ms(r["step_median_s_b"]),
+            _mib(r["peak_mem_bytes_a"]), _mib(r["peak_mem_bytes_b"]), status]
+
+
+def diff_table(a: dict[str, Any], b: dict[str, Any]) -> Table:
+    """Run B against run A, cell by cell; B/A > 1 means B is faster. Slower cells and status changes are marked."""
+    table = Table(title=escape(f"A = {a.get('id')}  vs  B = {b.get('id')}"), title_justify="left",
+                  header_style="bold")
+    for name in DIFF_COLUMNS:
+        table.add_column(name, justify="left" if name in ("method", "status") else "right")
+    for r in diff_rows(a, b):
+        cols = [escape(c) for c in _diff_cols(r)]
+        if r["ratio"] is not None:
+            cols[3] = f"[{'green' if r['ratio'] >= 1 else 'red'}]{cols[3]}[/]"
+        if r["status_a"] != r["status_b"]:
+            cols[-1] = f"[yellow]{cols[-1]}[/]"
+        table.add_row(*cols)
+    return table
+
+
+def diff_markdown(a: dict[str, Any], b: dict[str, Any]) -> str:
+    """The same comparison as markdown (diff.md)."""
+    lines = [f"# paratrain: {a.get('id')} (A) vs {b.get('id')} (B)", "", "B/A above 1 means B is faster.", "",
+             _md_row(DIFF_COLUMNS), "|" + "---|" * len(DIFF_COLUMNS)]
+    lines += [_md_row(_diff_cols(r)) for r in diff_rows(a, b)]
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,94 @@
+"""`paratrain compare` end to end: real cells launched through `paratrain run` on CPU/gloo."""
+
+from __future__ import annotations
+
+import csv
+import json
+import sqlite3
+
+import pytest
+
+from paratrain.bench.compare import CompareSettings, plan_cells
+from paratrain.errors import ConfigError
+from tests.helpers.launch import SESSION_TRAIN, check, paratrain
+
+pytestmark = pytest.mark.multiprocess
+PNG = b"\x89PNG\r\n\x1a\n"
+CELL_KEYS = {"strategy", "nproc", "status", "samples_per_s", "step_time_median_s", "step_time_p90_s", "startup_s",
+             "wall_s", "peak_mem_bytes", "state_bytes", "scaling_efficiency", "final_loss", "loss_max_abs_diff",
+             "error", "log"}
+
+
+@pytest.fixture(scope="module")
+def mlp_run(tmp_path_factory):
+    """2 methods × 2 sizes on mlp, plus a method that fails on this machine (FSDP CPU offload needs a GPU)."""
+    root = tmp_path_factory.mktemp("compare")
+    proc = check(paratrain("compare", "--strategies", "ddp,fsdp,fsdp:offload=cpu", "--nproc", "1,2",
+                           "--steps", "12", "--warmup", "2", "--out", str(root / "out"), "--db",
+                           str(root / "history.db"), "--json", timeout=400))
+    return root, json.loads(proc.stdout)
+
+
+def test_results_schema_and_equivalence(mlp_run):
+    _, results = mlp_run
+    assert results["settings"]["workload"] == "mlp"
+    assert {"torch", "inventory"} <= set(results["env"])
+    cells = {c["key"]: c for c in results["cells"]}
+    assert set(cells) == {"ddp×1", "ddp×2", "fsdp×1", "fsdp×2", "fsdp:offload=cpu×1", "fsdp:offload=cpu×2"}
+    for key in ("ddp×1", "ddp×2", "fsdp×1", "fsdp×2"):
+        cell = cells[key]
+        assert CELL_KEYS <= set(cell)
+        assert cell["status"] == "ok", cell
+        assert cell["samples_per_s"] > 0 and cell["step_time_median_s"] > 0
+        assert len(cell["peak_mem_bytes"]) == cell["nproc"] and len(cell["state_bytes"]) == cell["nproc"]
+        assert cell["loss_max_abs_diff"] is not None and cell["loss_max_abs_diff"] <= 1e-5
+        assert len(cell["losses"]) == 12 and 0 < cell["extra"]["accuracy"] <= 1
+    assert results["reference"] == "ddp×1"
+    # FSDP over 2 ranks holds half the model state of DDP on each rank.
+    assert cells["fsdp×2"]["state_bytes"][0] < 0.6 * cells["ddp×2"]["state_bytes"][0]
+
+
+def test_failing_cell_is_isolated_with_reason_and_log(mlp_run):
+    _, results = mlp_run
+    failed = [c for c in results["cells"] if c["strategy"] == "fsdp:offload=cpu"]
+    assert [c["status"] for c in failed] == ["failed", "failed"]
+    assert all("offload=cpu needs a GPU" in c["error"] for c in failed)
+    assert all(c["log"] and open(c["log"]).read() for c in failed)
+    assert results["recommendation"]["winner"] in {"ddp×1", "ddp×2", "fsdp×1", "fsdp×2"}
+
+
+def test_report_files_plots_and_history(mlp_run):
+    root, results = mlp_run
+    out = root / "out"
+    for name in ("results.json", "results.csv", "report.md"):
+        assert (out / name).is_file()
+    for name in ("throughput.png", "step_times.png", "memory.png", "loss_curves.png"):
+        assert (out / name).read_bytes()[:8] == PNG
+    with open(out / "results.csv") as fh:
+        assert len(list(csv.DictReader(fh))) == len(results["cells"])
+    assert "NOT EQUIVALENT" not in (out / "report.md").read_text().split("## Equivalence")[1]
+    with sqlite3.connect(root / "history.db") as db:
+        assert db.execute("SELECT id FROM runs").fetchall() == [(results["id"],)]
+    listed = check(paratrain("history", "--db", str(root / "history.db"), "--json"))
+    assert json.loads(listed.stdout)[0]["id"] == results["id"]
+
+
+def test_users_own_script_is_measured_from_outside(tmp_path):
+    proc = check(paratrain("compare", "--script", str(SESSION_TRAIN), "--script-args", "--steps 20",
+                           "--strategies", "single,ddp", "--nproc", "1,2", "--warmup", "2",
+                           "--out", str(tmp_path / "out"), "--db", str(tmp_path / "h.db"), "--json", timeout=300))
+    cells = {c["key"]: c for c in json.loads(proc.stdout)["cells"]}
+    assert set(cells) == {"single×1", "ddp×1", "ddp×2"}
+    assert all(c["status"] == "ok" and len(c["losses"]) == 20 for c in cells.values())
+    assert cells["ddp×2"]["loss_max_abs_diff"] <= 1e-5
+
+
+def test_bad_requests_are_refused_before_running(tmp_path):
+    with pytest.raises(ConfigError, match="none of the requested methods can run here"):
+        plan_cells(CompareSettings(strategies=["horovod"]))
+    with pytest.raises(ConfigError, match="leaves no measured steps"):
+        CompareSettings(steps=5, warmup=5)
+    (tmp_path / "mine.txt").write_text("keep")
+    proc = paratrain("compare", "--out", str(tmp_path), "--steps", "10")
+    assert proc.returncode == 2 and "refusing to write into it" in proc.stderr
+    assert (tmp_path / "mine.txt").read_text() == "keep"
