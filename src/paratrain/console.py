@@ -9,13 +9,31 @@ from __future__ import annotations
 import os
 import sys
 
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 from rich.markup import escape
 
-# Piped or logged output is not limited to 80 columns (rich's default off a terminal): tables stay readable.
-_WIDTH = None if sys.stdout.isatty() else int(os.environ.get("COLUMNS", "160"))
-err = Console(stderr=True, highlight=False, soft_wrap=True, width=_WIDTH)
-out = Console(highlight=False, soft_wrap=True, width=_WIDTH)
+
+class _Console(Console):
+    """rich's Console, but 160 columns instead of 80 when writing to a pipe or log with no COLUMNS set.
+
+    At 80 columns rich folds wide tables into unreadable slivers; a terminal's real width, or an explicit
+    COLUMNS, still wins, and nothing is written to the environment that launched scripts inherit.
+    """
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        dims = Console.size.fget(self)
+        if not self.is_terminal and "COLUMNS" not in os.environ:
+            return ConsoleDimensions(160, dims.height)
+        return dims
+
+    @size.setter
+    def size(self, new_size: tuple[int, int]) -> None:
+        Console.size.fset(self, new_size)
+
+
+err = _Console(stderr=True, highlight=False, soft_wrap=True)
+out = _Console(highlight=False, soft_wrap=True)
 _seen: set[str] = set()
 
 

@@ -19,7 +19,7 @@ from paratrain.console import user_print
 from paratrain.data import MicroBatch, ShardedLoader
 from paratrain.distenv import DistEnv
 from paratrain.errors import ConfigError, LaunchError
-from paratrain.strategies import registry
+from paratrain.strategies import _procgroup, registry
 from paratrain.strategies.base import BackwardSyncControl, Launcher, Strategy
 
 ReduceOp = Literal["mean", "sum", "max", "min"]
@@ -68,6 +68,7 @@ class Session:
         self._closed = False
         self._strategy.setup()
         self._metrics = metrics.StepRecorder.from_env(self.rank)
+        _install_failure_hook()
         atexit.register(self.close)
 
     # -- identity -------------------------------------------------------------------------------------------
@@ -214,6 +215,20 @@ class Session:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _install_failure_hook() -> None:
+    """An uncaught exception must make close() skip its final barrier (the other ranks may wait on this one)."""
+    previous = sys.excepthook
+    if getattr(previous, "_paratrain", False):
+        return
+
+    def hook(*args: Any) -> None:
+        _procgroup.mark_failing()
+        previous(*args)
+
+    hook._paratrain = True  # type: ignore[attr-defined]
+    sys.excepthook = hook
 
 
 def _choose_spec(requested: str | None, env: DistEnv) -> str:

@@ -93,3 +93,40 @@ def test_bad_requests_are_refused_before_running(tmp_path):
     proc = paratrain("compare", "--out", str(tmp_path), "--steps", "10")
     assert proc.returncode == 2 and "refusing to write into it" in proc.stderr
     assert (tmp_path / "mine.txt").read_text() == "keep"
+
+
+def test_ctrl_c_stops_the_running_cell_and_keeps_finished_ones(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    import psutil
+
+    from tests.helpers.launch import ROOT, worker_env
+
+    out = tmp_path / "out"
+    proc = subprocess.Popen([sys.executable, "-m", "paratrain.cli.main", "compare", "--strategies", "single,ddp",
+                             "--nproc", "1", "--steps", "40", "--warmup", "2", "--out", str(out), "--db",
+                             str(tmp_path / "h.db"), "--json"], cwd=ROOT, env=worker_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    second = out / "cells" / "ddp_1" / "run1" / "log.txt"
+    deadline = time.monotonic() + 120
+    while not second.exists() and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.1)
+    assert second.exists(), "the second cell never started"
+    proc.send_signal(signal.SIGINT)
+    _stdout, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    results = json.loads((out / "results.json").read_text())
+    assert results["interrupted"] is True
+    assert [c["key"] for c in results["cells"]] == ["single×1"] and results["cells"][0]["status"] == "ok"
+    time.sleep(1)
+    leftovers = []
+    for p in psutil.process_iter():
+        try:
+            if str(out) in p.environ().get("PARATRAIN_METRICS", ""):
+                leftovers.append(p.pid)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    assert not leftovers, f"processes of the interrupted cell are still running: {leftovers}"

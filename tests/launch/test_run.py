@@ -104,3 +104,29 @@ def test_bad_input_is_one_line_with_exit_code_2(args, message):
     assert message in proc.stderr
     assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_two_nodes_on_one_machine_rendezvous_through_master(tmp_path):
+    """--nnodes/--node-rank/--master: two launchers (as two machines would run) form one 2-rank job."""
+    import socket
+    import subprocess
+    import sys
+
+    from tests.helpers.launch import worker_env
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    nodes = [
+        subprocess.Popen([sys.executable, "-m", "paratrain.cli.main", "run", "-s", "ddp", "-n", "1", "--nnodes", "2",
+                          "--node-rank", str(rank), "--master", f"127.0.0.1:{port}",
+                          str(SCRIPTS / "record_order.py"), str(tmp_path), "16", "8", "1"],
+                         cwd=ROOT, env=worker_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for rank in (0, 1)
+    ]
+    outputs = [node.communicate(timeout=120) for node in nodes]
+    assert [node.returncode for node in nodes] == [0, 0], outputs
+    r0 = json.loads((tmp_path / "rank0.json").read_text())
+    r1 = json.loads((tmp_path / "rank1.json").read_text())
+    assert r0["world"] == r1["world"] == 2
+    assert r0["batches"] == [[0, 1, 2, 3], [8, 9, 10, 11]] and r1["batches"] == [[4, 5, 6, 7], [12, 13, 14, 15]]

@@ -30,6 +30,9 @@ def _run_script() -> None:
 
 
 def _note_failure(summary: str) -> None:
+    from paratrain.strategies import _procgroup
+
+    _procgroup.mark_failing()  # the Session's exit must not wait in a barrier for ranks that wait for us
     folder = os.environ.get(FAILURES_VAR)
     if not folder:
         return

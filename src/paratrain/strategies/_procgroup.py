@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import datetime
 
 import torch
@@ -55,6 +56,28 @@ def join(env: DistEnv, method: str) -> torch.device:
     return device
 
 
+_failing = False
+
+
+def mark_failing() -> None:
+    """This process is exiting because of an error: leave without waiting for the other ranks."""
+    global _failing
+    _failing = True
+
+
 def leave() -> None:
-    if dist.is_available() and dist.is_initialized():
-        dist.destroy_process_group()
+    """Destroy the process group — after a last barrier on a normal exit.
+
+    Without the barrier a rank that finishes first tears its group down while another is still using its end
+    (seen here as an intermittent C++ abort at exit under load). On an error exit there is no barrier: the other
+    ranks may be stuck waiting for this one, and the launcher must see it exit.
+    """
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    if not _failing:
+        with contextlib.suppress(Exception):  # a peer already gone: nothing left to wait for
+            if dist.get_backend() == "gloo":
+                dist.monitored_barrier(timeout=datetime.timedelta(seconds=60))
+            else:
+                dist.barrier()
+    dist.destroy_process_group()
