@@ -88,3 +88,25 @@ def test_resume_continues_the_data_order(tmp_path):
     rest = run(steps=5, load=tmp_path / "c")
     assert first + rest == full
     assert full[0] != full[3]  # the second epoch is reshuffled
+
+
+def test_scheduler_steps_with_the_optimizer_and_is_checkpointed(tmp_path):
+    def make():
+        session = pt.Session(grad_accum=2)
+        model = torch.nn.Linear(2, 1)
+        opt = torch.optim.SGD(model.parameters(), lr=1.0)
+        sched = torch.optim.lr_scheduler.StepLR(opt, step_size=1, gamma=0.5)
+        data = TensorDataset(torch.randn(8, 2), torch.randn(8, 1))
+        return session, *session.prepare(model, opt, DataLoader(data, batch_size=4), sched)
+
+    session, model, opt, loader, sched = make()
+    for x, y in loader:
+        session.backward(torch.nn.functional.mse_loss(model(x), y))
+        session.step()
+    assert session.step_count == 2 and opt.param_groups[0]["lr"] == 0.25  # two steps, not four micro-batches
+    session.save(tmp_path / "c")
+    session.close()
+    session, model, opt, loader, sched = make()
+    session.load(tmp_path / "c")
+    assert session.step_count == 2 and sched.last_epoch == 2 and opt.param_groups[0]["lr"] == 0.25
+    session.close()

@@ -130,3 +130,13 @@ def test_two_nodes_on_one_machine_rendezvous_through_master(tmp_path):
     r1 = json.loads((tmp_path / "rank1.json").read_text())
     assert r0["world"] == r1["world"] == 2
     assert r0["batches"] == [[0, 1, 2, 3], [8, 9, 10, 11]] and r1["batches"] == [[4, 5, 6, 7], [12, 13, 14, 15]]
+
+
+def test_session_script_under_plain_torchrun_uses_ddp_not_independent_copies(tmp_path):
+    from tests.helpers.launch import python
+
+    check(python("-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
+                 str(SCRIPTS / "record_order.py"), str(tmp_path), "8", "4", "1"))
+    r0 = json.loads((tmp_path / "rank0.json").read_text())
+    r1 = json.loads((tmp_path / "rank1.json").read_text())
+    assert r0 == {"world": 2, "batches": [[0, 1], [4, 5]]} and r1["batches"] == [[2, 3], [6, 7]]
