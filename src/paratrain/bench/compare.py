@@ -138,9 +138,11 @@ def run_compare(settings: CompareSettings, out_dir: Path, progress: Progress | N
         from paratrain.workloads import get
 
         tokens = get(settings.workload or "mlp").tokens_per_sample
+    now = datetime.datetime.now(datetime.timezone.utc)
     results: dict[str, Any] = {
-        "id": out_dir.name,
-        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        # Unique per run, whatever --out is, so a re-used output folder never replaces an older history row.
+        "id": f"compare-{'script' if settings.script else settings.workload or 'mlp'}-{now:%Y%m%d-%H%M%S}",
+        "created": now.isoformat(timespec="seconds"),
         "paratrain": __version__,
         "settings": _settings_dict(settings),
         "env": environment(),

@@ -24,7 +24,7 @@ MIB = 1 << 20
 WINNER_MARK = "★"
 DASH = "—"
 COLUMNS = ("method", "procs", "samples/s", "step ms median/p90", "start-up s", "peak mem/rank MiB",
-           "state/rank MiB", "scaling eff", "final loss", "max |Δloss|", "status")
+           "state/rank MiB", "scaling eff", "final loss / quality", "max |Δloss|", "status")
 CSV_FIELDS = ("key", "strategy", "nproc", "status", "samples_per_s", "tokens_per_s", "step_time_median_s",
               "step_time_p90_s", "startup_s", "wall_s", "peak_mem_bytes_max", "peak_mem_kind", "state_bytes_max",
               "comm_share", "scaling_efficiency", "final_loss", "loss_max_abs_diff", "equivalent", "winner",
@@ -180,9 +180,16 @@ def _row(cell: dict[str, Any], winner: str | None, ref_key: str | None) -> list[
         _mib(mem) + (" (cuda)" if mem is not None and cell.get("peak_mem_kind") == "cuda" else ""),
         _mib(state, ",.2f"),
         DASH if eff is None else _pct(eff),
-        _num(cell.get("final_loss"), ".4g"),
+        _num(cell.get("final_loss"), ".4g") + _quality(cell),
         _diff_text(cell, ref_key),
     ]
+
+
+def _quality(cell: dict[str, Any]) -> str:
+    """What the workload reports beyond the loss (test accuracy, perplexity): proof that training worked."""
+    short = {"accuracy": "acc", "perplexity": "ppl"}
+    parts = [f"{short.get(k, k)} {v:.3g}" for k, v in (cell.get("extra") or {}).items() if isinstance(v, (int, float))]
+    return f" ({', '.join(parts)})" if parts else ""
 
 
 def _status(cell: dict[str, Any]) -> tuple[str, str | None]:
