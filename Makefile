@@ -4,7 +4,8 @@ PYTHON ?= python3
 VENV   := .venv
 PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip --disable-pip-version-check -q
-TORCH  := torch==2.13.0
+# Override where no local CPU wheel exists, e.g. TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
+TORCH  ?= torch==2.13.0
 
 .PHONY: help install install-all test lint demo clean
 
@@ -36,7 +37,7 @@ install-all: $(VENV)/.all
 lint: $(VENV)/.all
 	$(VENV)/bin/ruff check src tests examples benchmarks
 
-test: $(VENV)/.all
+test: lint
 	OMP_NUM_THREADS=1 $(PY) -m pytest
 
 demo: $(VENV)/.all

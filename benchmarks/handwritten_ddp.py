@@ -26,11 +26,15 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--out", required=True)
     args = p.parse_args()
-    dist.init_process_group("gloo")
+    use_cuda = torch.cuda.is_available()
+    dist.init_process_group("nccl" if use_cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
+    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if use_cuda else torch.device("cpu")
+    if use_cuda:
+        torch.cuda.set_device(device)
     workload = get(args.workload)
     built = workload.build()
-    model = DDP(built.model)
+    model = DDP(built.model.to(device), device_ids=[device.index] if use_cuda else None)
     optimizer = torch.optim.AdamW(model.parameters(), lr=workload.lr)
     sampler = DistributedSampler(built.train, num_replicas=world, rank=rank, shuffle=True, seed=0)
     loader = DataLoader(built.train, batch_size=workload.global_batch // world, sampler=sampler)
@@ -40,6 +44,7 @@ def main() -> None:
         sampler.set_epoch(epoch)
         epoch += 1
         for x, y in loader:
+            x, y = x.to(device), y.to(device)
             loss = built.loss_fn(model(x), y)
             if last is None:
                 last = time.perf_counter()

@@ -96,3 +96,42 @@ def test_refuses_to_overwrite_a_directory_that_is_not_a_checkpoint(tmp_path):
 def test_loading_a_directory_that_is_not_a_checkpoint_says_so(tmp_path):
     with pytest.raises(CheckpointError, match="not a paratrain checkpoint"):
         checkpoint.load(tmp_path, _single(), _model(), None)
+
+
+def test_saving_before_the_first_step_leaves_the_optimizer_untouched(tmp_path):
+    strategy = _single()
+    model = _model()
+    opt = torch.optim.AdamW(model.parameters(), lr=0.1)
+    checkpoint.save(tmp_path / "c", strategy, model, opt, {"step_count": 0})
+    assert not opt.state  # no zero-step state left behind: AdamW counts its steps from 1 as usual
+    fresh = _model()
+    fresh_opt = torch.optim.AdamW(fresh.parameters(), lr=0.1)
+    checkpoint.load(tmp_path / "c", strategy, fresh, fresh_opt)
+    assert not fresh_opt.state
+
+
+def test_a_checkpoint_folder_holding_other_files_is_not_replaced(tmp_path):
+    strategy = _single()
+    checkpoint.save(tmp_path / "c", strategy, _model(), None, {})
+    (tmp_path / "c" / "notes.txt").write_text("mine")
+    with pytest.raises(CheckpointError, match=r"holds files that are not part of its checkpoint \(notes.txt\)"):
+        checkpoint.save(tmp_path / "c", strategy, _model(), None, {})
+    assert (tmp_path / "c" / "notes.txt").read_text() == "mine"
+
+
+def test_a_save_failing_after_writing_shards_cleans_up_and_keeps_the_old_one(tmp_path, monkeypatch):
+    strategy = _single()
+    checkpoint.save(tmp_path / "c", strategy, _model(), None, {"step_count": 1})
+    real_save = torch.save
+
+    def failing(obj, path, *args, **kwargs):
+        if str(path).endswith("trainer_state.pt"):
+            raise OSError("disk full")
+        return real_save(obj, path, *args, **kwargs)
+
+    monkeypatch.setattr(checkpoint.torch, "save", failing)
+    with pytest.raises(OSError, match="disk full"):
+        checkpoint.save(tmp_path / "c", strategy, _model(hidden=8), None, {"step_count": 2})
+    monkeypatch.undo()
+    assert not (tmp_path / ".c.tmp").exists()
+    assert checkpoint.load(tmp_path / "c", strategy, _model(), None)["step_count"] == 1

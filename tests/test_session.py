@@ -110,3 +110,17 @@ def test_scheduler_steps_with_the_optimizer_and_is_checkpointed(tmp_path):
     session.load(tmp_path / "c")
     assert session.step_count == 2 and sched.last_epoch == 2 and opt.param_groups[0]["lr"] == 0.25
     session.close()
+
+
+def test_script_options_that_disagree_with_the_launcher_are_an_error(monkeypatch):
+    monkeypatch.setenv("PARATRAIN_STRATEGY", "fsdp")
+    monkeypatch.setenv("PARATRAIN_SHARD", "full")
+    with pytest.raises(ConfigError, match="launched with --strategy fsdp"):
+        pt.Session("fsdp:shard=grad_op")
+
+
+def test_unknown_reduce_op_is_caught_in_one_process_too():
+    session = pt.Session()
+    with pytest.raises(ConfigError, match='"avg" is not one of'):
+        session.all_reduce(1.0, op="avg")
+    session.close()

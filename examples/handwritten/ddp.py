@@ -37,9 +37,8 @@ def main() -> None:
     try:
         while step < args.steps:
             for x, y in loader:
-                per_rank = len(x) // world  # global batch -> this rank's contiguous chunk
-                sl = slice(rank * per_rank, (rank + 1) * per_rank)
-                x, y = x[sl].to(device), y[sl].to(device)
+                # global batch -> this rank's contiguous chunk (sizes differ by at most one)
+                x, y = x.tensor_split(world)[rank].to(device), y.tensor_split(world)[rank].to(device)
                 loss = criterion(model(x), y)
                 loss.backward()
                 optimizer.step()

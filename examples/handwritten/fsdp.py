@@ -39,9 +39,8 @@ def main() -> None:
     try:
         while step < args.steps:
             for x, y in loader:
-                per_rank = len(x) // world
-                sl = slice(rank * per_rank, (rank + 1) * per_rank)
-                loss = criterion(model(x[sl].to(device)), y[sl].to(device))
+                x, y = x.tensor_split(world)[rank].to(device), y.tensor_split(world)[rank].to(device)
+                loss = criterion(model(x), y)
                 loss.backward()
                 optimizer.step()
                 optimizer.zero_grad()

@@ -77,38 +77,74 @@ def _set_rng_state(state: dict[str, Any]) -> None:
         torch.cuda.set_rng_state(state["cuda"])
 
 
+def _is_own(name: str) -> bool:
+    """Files a paratrain checkpoint consists of (DCP shards and metadata, our loop state and RNG states)."""
+    return name.endswith(".distcp") or name in {".metadata", META, TRAINER, "rng"}
+
+
+def _check_target(final: Path) -> None:
+    """Refuse to replace anything that is not wholly a previous checkpoint: a user's files are never lost."""
+    if not final.exists():
+        return
+    if not final.is_dir():
+        raise CheckpointError(f"{final} is a file; refusing to overwrite it", hint="choose a new directory")
+    entries = [e.name for e in final.iterdir()]
+    if entries and META not in entries:
+        raise CheckpointError(f"{final} exists and is not a paratrain checkpoint; refusing to overwrite it",
+                              hint="choose an empty or new directory")
+    foreign = sorted(e for e in entries if not _is_own(e))
+    if foreign:
+        raise CheckpointError(f"{final} holds files that are not part of its checkpoint ({', '.join(foreign[:5])}); "
+                              "refusing to replace it", hint="move them out, or save to a new directory")
+
+
 def save(path: str | os.PathLike, strategy: Strategy, model: torch.nn.Module,
          optimizer: torch.optim.Optimizer | None, trainer_state: dict[str, Any]) -> Path:
     import torch.distributed.checkpoint as dcp
 
     final = Path(path).resolve()
-    if final.exists() and not (final / META).exists() and (not final.is_dir() or any(final.iterdir())):
-        raise CheckpointError(f"{final} exists and is not a paratrain checkpoint; refusing to overwrite it",
-                              hint="choose an empty or new directory")
+    _check_target(final)
     tmp = final.with_name(f".{final.name}.tmp")
     if _rank() == 0:
         shutil.rmtree(tmp, ignore_errors=True)
         tmp.mkdir(parents=True)
     _barrier()
-    with _single_process_quiet():
-        dcp.save(strategy.state_dict(model, optimizer), checkpoint_id=str(tmp))
-    (tmp / "rng").mkdir(exist_ok=True)
-    torch.save(_rng_state(), tmp / "rng" / f"rank{_rank()}.pt")
-    _barrier()
-    if _rank() == 0:
-        torch.save(trainer_state, tmp / TRAINER)
-        meta = {"format": FORMAT, "strategy": strategy.spec, "world_size": strategy.world_size,
-                "step_count": trainer_state.get("step_count", 0), "torch": torch.__version__}
-        (tmp / META).write_text(json.dumps(meta, indent=2) + "\n")
-        _fsync_tree(tmp)
-        old = final.with_name(f".{final.name}.old")
-        shutil.rmtree(old, ignore_errors=True)
-        if final.exists():
-            final.rename(old)
-        tmp.rename(final)
-        shutil.rmtree(old, ignore_errors=True)
+    try:
+        # torch fills an optimizer that has not stepped yet with a zero step's state before it can be saved; that
+        # state must not stay behind (AdamW would count one step too many), here or in the loaded copy.
+        had_state = optimizer is not None and bool(optimizer.state)
+        state = strategy.state_dict(model, optimizer)
+        if optimizer is not None and not had_state:
+            optimizer.state.clear()
+        with _single_process_quiet():
+            dcp.save(state, checkpoint_id=str(tmp))
+        (tmp / "rng").mkdir(exist_ok=True)
+        torch.save(_rng_state(), tmp / "rng" / f"rank{_rank()}.pt")
+        _barrier()
+        if _rank() == 0:
+            torch.save(trainer_state, tmp / TRAINER)
+            meta = {"format": FORMAT, "strategy": strategy.spec, "world_size": strategy.world_size,
+                    "step_count": trainer_state.get("step_count", 0), "optimizer_state": had_state,
+                    "torch": torch.__version__}
+            (tmp / META).write_text(json.dumps(meta, indent=2) + "\n")
+            _fsync_tree(tmp)
+            _swap_into_place(tmp, final)
+    except BaseException:
+        if _rank() == 0:
+            shutil.rmtree(tmp, ignore_errors=True)  # the previous checkpoint, if any, is untouched
+        raise
     _barrier()
     return final
+
+
+def _swap_into_place(tmp: Path, final: Path) -> None:
+    """Rename the finished checkpoint into place. The old one is kept as .NAME.old until the new one is there."""
+    old = final.with_name(f".{final.name}.old")
+    shutil.rmtree(old, ignore_errors=True)
+    if final.exists():
+        final.rename(old)
+    tmp.rename(final)
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def read_meta(path: str | os.PathLike) -> dict[str, Any]:
@@ -125,12 +161,16 @@ def read_meta(path: str | os.PathLike) -> dict[str, Any]:
     return data
 
 
-def _check_compatible(folder: Path, expected: dict[str, Any]) -> None:
-    """Compare parameter names and shapes before loading, so a wrong model gets a readable list, not a trace."""
+def _stored(folder: Path) -> dict[str, Any]:
     import torch.distributed.checkpoint as dcp
 
-    stored = dcp.FileSystemReader(str(folder)).read_metadata().state_dict_metadata
-    have = {k[len("model."):]: v for k, v in stored.items() if k.startswith("model.")}
+    return dcp.FileSystemReader(str(folder)).read_metadata().state_dict_metadata
+
+
+def _check_compatible(folder: Path, expected: dict[str, Any]) -> None:
+    """Compare parameter names and shapes before loading, so a wrong model gets a readable list, not a trace."""
+
+    have = {k[len("model."):]: v for k, v in _stored(folder).items() if k.startswith("model.")}
     want = expected["model"]
     missing = sorted(set(want) - set(have))
     unexpected = sorted(set(have) - set(want))
@@ -153,7 +193,9 @@ def load(path: str | os.PathLike, strategy: Strategy, model: torch.nn.Module,
     import torch.distributed.checkpoint as dcp
 
     folder = Path(path).resolve()
-    read_meta(folder)
+    meta = read_meta(folder)
+    if not any(k.startswith("optim.") for k in _stored(folder)):
+        optimizer = None  # saved without an optimizer: leave the one given here as it is
     state = strategy.state_dict(model, optimizer)
     _check_compatible(folder, state)
     if optimizer is None:
@@ -161,6 +203,8 @@ def load(path: str | os.PathLike, strategy: Strategy, model: torch.nn.Module,
     with _single_process_quiet():
         dcp.load(state, checkpoint_id=str(folder))
     strategy.load_state_dict(model, optimizer, state)
+    if optimizer is not None and meta.get("optimizer_state") is False:
+        optimizer.state.clear()  # saved before the first step: hyper-parameters restored, no step state
     rng_file = folder / "rng" / f"rank{_rank()}.pt"
     if not rng_file.exists():
         rng_file = folder / "rng" / "rank0.pt"

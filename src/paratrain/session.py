@@ -145,13 +145,13 @@ class Session:
     # -- collectives and output -----------------------------------------------------------------------------
     def all_reduce(self, value: torch.Tensor | float, op: ReduceOp = "mean") -> torch.Tensor | float:
         """Reduce a tensor or number over ranks; returns the same kind it was given (detached)."""
+        ops = {"mean": dist.ReduceOp.SUM, "sum": dist.ReduceOp.SUM,
+               "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
+        if op not in ops:  # checked in one process too, so a typo never waits for the first distributed run
+            raise ConfigError(f'all_reduce op "{op}" is not one of mean, sum, max, min')
         is_tensor = isinstance(value, torch.Tensor)
         t = value.detach().clone() if is_tensor else torch.tensor(float(value))
         if dist.is_initialized() and self.world_size > 1:
-            ops = {"mean": dist.ReduceOp.SUM, "sum": dist.ReduceOp.SUM,
-                   "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
-            if op not in ops:
-                raise ConfigError(f'all_reduce op "{op}" is not one of mean, sum, max, min')
             orig_device = t.device
             t = t.to(self.device)
             dist.all_reduce(t, op=ops[op])
@@ -217,6 +217,14 @@ class Session:
         self.close()
 
 
+def _differs(requested: str, env: DistEnv) -> bool:
+    """Does the script's own spec (name and options) disagree with what the launcher passed?"""
+    assert env.strategy is not None
+    if registry.parse_spec(requested)[0] != registry.parse_spec(env.strategy)[0]:
+        return True
+    return registry.resolve(requested)[1] != registry.resolve(env.strategy, env.options)[1]
+
+
 def _install_failure_hook() -> None:
     """An uncaught exception must make close() skip its final barrier (the other ranks may wait on this one)."""
     previous = sys.excepthook
@@ -232,7 +240,7 @@ def _install_failure_hook() -> None:
 
 
 def _choose_spec(requested: str | None, env: DistEnv) -> str:
-    if requested and env.strategy and registry.parse_spec(requested)[0] != registry.parse_spec(env.strategy)[0]:
+    if requested and env.strategy and _differs(requested, env):
         raise ConfigError(
             f'the script asks for Session("{requested}") but was launched with --strategy {env.strategy}',
             hint="drop the argument so the launcher decides, or launch with the same --strategy",

@@ -130,3 +130,14 @@ def test_ctrl_c_stops_the_running_cell_and_keeps_finished_ones(tmp_path):
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
     assert not leftovers, f"processes of the interrupted cell are still running: {leftovers}"
+
+
+def test_reusing_an_output_folder_measures_afresh(tmp_path):
+    args = ("compare", "--strategies", "single", "--nproc", "1", "--steps", "8", "--warmup", "2",
+            "--out", str(tmp_path / "out"), "--db", str(tmp_path / "h.db"), "--json")
+    first = json.loads(check(paratrain(*args, timeout=200)).stdout)
+    second = json.loads(check(paratrain(*args, timeout=200)).stdout)
+    for results in (first, second):
+        (cell,) = results["cells"]
+        assert cell["status"] == "ok" and len(cell["losses"]) == 8
+    assert first["id"] != second["id"] or first["created"] == second["created"]

@@ -157,3 +157,12 @@ def test_diff_ratios_and_status_changes():
     assert "| ddp×2 | 1,900.0 | 2,850.0 | 1.50× |" in md and "ok → failed" in md and "absent → ok" in md
     text = _render(diff_table(sample_results(), _run_b()))
     assert "1.50×" in text and "compare-20261203-100000" in text
+
+
+def test_a_cell_killed_before_its_summary_still_renders(tmp_path):
+    # A rank killed by a timeout or OOM writes no memory summary: its entries are None, not numbers.
+    results = sample_results(cell_changes={"deepspeed:zero=2×2": {"peak_mem_bytes": [None, None],
+                                                                   "state_bytes": [1024, None]}})
+    paths = write_outputs(results, tmp_path)
+    assert paths["report"].read_text().count("deepspeed:zero=2×2") >= 1
+    assert "failed" in _render(results_table(results))

@@ -74,5 +74,6 @@ def summarize(folder: Path, *, warmup: int, launch_time: float, tokens_per_sampl
     first = steps.get(complete[0]) if complete else None
     if first:
         out["startup_s"] = min(r["t"] for r in first) - launch_time
-    out["final_loss"] = logged.get("final_loss", losses[-1] if losses else None)
+    # The per-step global loss is exact (rank shares of the global mean); the script's own log is a fallback.
+    out["final_loss"] = losses[-1] if losses else logged.get("final_loss")
     return out

@@ -44,8 +44,10 @@ def _flagged(cell: dict[str, Any]) -> bool:
     return diff is not None and diff > TOLERANCE
 
 
-def _max(values: list[int] | None) -> int | None:
-    return max(values) if values else None
+def _max(values: list[int | None] | None) -> int | None:
+    """Max over ranks; a rank killed before its summary reports None and is left out."""
+    known = [v for v in values or [] if v is not None]
+    return max(known) if known else None
 
 
 def ranked(results: dict[str, Any]) -> list[dict[str, Any]]:

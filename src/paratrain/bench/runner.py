@@ -7,6 +7,7 @@ exactly the processes it started (by their process-group id) and nothing else.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -31,9 +32,6 @@ class CellSpec:
     def key(self) -> str:
         return f"{self.strategy}×{self.nproc}"
 
-
-def _slug(key: str) -> str:
-    return "".join(c if c.isalnum() or c in "-_" else "_" for c in key)
 
 
 def _last_error(log: Path) -> str:
@@ -61,7 +59,8 @@ def _stop(proc: subprocess.Popen) -> None:
 def run_cell(spec: CellSpec, folder: Path, *, warmup: int, timeout: float, tokens_per_sample: int | None = None,
              progress: Callable[[int], None] | None = None) -> dict[str, Any]:
     """Run one cell to completion (or failure) and return its measurements."""
-    folder.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(folder, ignore_errors=True)  # a re-used --out must not mix in an older run's records
+    folder.mkdir(parents=True)
     metrics_dir = folder / "metrics"
     log = folder / "log.txt"
     env = dict(os.environ, **{METRICS_VAR: str(metrics_dir), "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", "1")})

@@ -81,7 +81,9 @@ def build_plan(config: RunConfig) -> LaunchPlan:
                 hint=f"use --strategy ddp --nproc {config.nproc or 2} for several processes",
             )
         env[NPROC_VAR] = "1"
-        return LaunchPlan(config, spec, info.launcher, 1, env, [sys.executable, str(script), *config.args])
+        # Through the same worker as torchrun's processes: one-line errors, failure notes, same exit codes.
+        argv = [sys.executable, "-m", "paratrain.launch.worker", str(script), *config.args]
+        return LaunchPlan(config, spec, info.launcher, 1, env, argv)
     if info.launcher is not Launcher.TORCHRUN:
         raise ConfigError(f"{cls.method} is launched by {info.launcher}, which this version cannot start yet")
 
@@ -116,7 +118,7 @@ def execute(plan: LaunchPlan) -> int:
     if plan.launcher is Launcher.LOCAL:
         code = subprocess.call(plan.argv)
         if code != 0:
-            raise LaunchError(f"{plan.spec} process exited with code {code}", exit_code=code)
+            raise LaunchError(f"{plan.spec} process exited with code {_exit_code(code)}", exit_code=_exit_code(code))
     else:
         _run_torchrun(plan)
     where = "GPU" if _gpu_count() else "CPU"
@@ -126,10 +128,11 @@ def execute(plan: LaunchPlan) -> int:
 
 
 def _run_torchrun(plan: LaunchPlan) -> None:
+    from torch.distributed import DistError
     from torch.distributed import run as torchrun
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.rendezvous.api import RendezvousError
 
-    _quiet_torchrun(plan.config.verbose)
     args = torchrun.parse_args(plan.argv)
     _quiet_torchrun(plan.config.verbose)
     with tempfile.TemporaryDirectory(prefix="paratrain-failures-") as notes:
@@ -138,19 +141,26 @@ def _run_torchrun(plan: LaunchPlan) -> None:
             torchrun.run(args)
         except ChildFailedError as exc:
             _raise_first_failure(exc, Path(notes))
+        except (DistError, RendezvousError) as exc:  # the job never formed: port taken, master unreachable
+            where = plan.config.master or "a local port"
+            raise LaunchError(f"could not start the job at {where}: {str(exc).strip().splitlines()[0]}",
+                              hint="check --master HOST:PORT (free on node 0, reachable from every node)") from None
         finally:
             os.environ.pop(FAILURES_VAR, None)
 
 
 def _first_noted(notes: Path) -> dict | None:
-    """The earliest failure the workers noted themselves (sub-second times), if any."""
+    """The earliest failure the workers noted themselves (sub-second times) in the last restart, if any."""
     found = []
     for file in notes.glob("rank*.json"):
         try:
             found.append(json.loads(file.read_text()))
         except (OSError, json.JSONDecodeError):
             continue
-    return min(found, key=lambda d: d["time"]) if found else None
+    if not found:
+        return None
+    last = max(d.get("attempt", 0) for d in found)
+    return min((d for d in found if d.get("attempt", 0) == last), key=lambda d: d["time"])
 
 
 def _raise_first_failure(exc, notes: Path) -> None:

@@ -37,9 +37,10 @@ def _note_failure(summary: str) -> None:
     if not folder:
         return
     rank = os.environ.get("RANK", "0")
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))  # --max-restarts: only the last one counts
     try:
         with open(os.path.join(folder, f"rank{rank}.json"), "w") as fh:
-            json.dump({"rank": int(rank), "time": time.time(), "error": summary}, fh)
+            json.dump({"rank": int(rank), "attempt": attempt, "time": time.time(), "error": summary}, fh)
     except OSError:
         pass  # the launcher falls back to torchrun's own error files
 

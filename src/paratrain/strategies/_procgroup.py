@@ -65,7 +65,7 @@ def mark_failing() -> None:
     _failing = True
 
 
-def leave() -> None:
+def leave(timeout_s: float | None = None) -> None:
     """Destroy the process group — after a last barrier on a normal exit.
 
     Without the barrier a rank that finishes first tears its group down while another is still using its end
@@ -77,7 +77,7 @@ def leave() -> None:
     if not _failing:
         with contextlib.suppress(Exception):  # a peer already gone: nothing left to wait for
             if dist.get_backend() == "gloo":
-                dist.monitored_barrier(timeout=datetime.timedelta(seconds=60))
+                dist.monitored_barrier(timeout=datetime.timedelta(seconds=timeout_s or 60))
             else:
                 dist.barrier()
     dist.destroy_process_group()

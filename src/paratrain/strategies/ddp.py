@@ -50,4 +50,4 @@ class DDPStrategy(Strategy, BackwardSyncControl):
             self._no_sync = None
 
     def teardown(self) -> None:
-        _procgroup.leave()
+        _procgroup.leave(self.env.timeout_s)

@@ -98,7 +98,7 @@ class FSDPStrategy(Strategy, BackwardSyncControl):
         model.set_requires_gradient_sync(enabled)
 
     def teardown(self) -> None:
-        _procgroup.leave()
+        _procgroup.leave(self.env.timeout_s)
 
 
 def _rebind_optimizer(optimizer: torch.optim.Optimizer, old_names: dict[int, str], new_params: dict) -> None:

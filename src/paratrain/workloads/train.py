@@ -1,7 +1,7 @@
 """The training script `paratrain compare` launches for a bundled workload: an ordinary Session script.
 
-    paratrain run -s ddp -n 2 -m paratrain.workloads.train   (compare passes the file path instead)
-    python src/paratrain/workloads/train.py --workload gpt --steps 20
+    paratrain run -s ddp -n 2 src/paratrain/workloads/train.py --workload gpt --steps 20
+    python src/paratrain/workloads/train.py --workload mlp
 """
 
 from __future__ import annotations

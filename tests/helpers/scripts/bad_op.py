@@ -1,0 +1,3 @@
+import paratrain as pt
+
+pt.Session().all_reduce(1.0, op="avg")
