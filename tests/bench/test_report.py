@@ -166,3 +166,13 @@ def test_a_cell_killed_before_its_summary_still_renders(tmp_path):
     paths = write_outputs(results, tmp_path)
     assert paths["report"].read_text().count("deepspeed:zero=2×2") >= 1
     assert "failed" in _render(results_table(results))
+
+
+def test_a_simpler_method_within_noise_of_the_fastest_wins():
+    # ddp×1 2 % faster than the one-process reference is noise, not a reason to switch; ddp×2 is slower here.
+    results = sample_results(cell_changes={"ddp×1": {"samples_per_s": 1020.0}, "ddp×2": {"samples_per_s": 900.0},
+                                           "fsdp×2": {"samples_per_s": 800.0}})
+    assert recommend(results)["winner"] == "single×1"
+    results = sample_results(cell_changes={"ddp×1": {"samples_per_s": 1200.0}, "ddp×2": {"samples_per_s": 900.0},
+                                           "fsdp×2": {"samples_per_s": 800.0}})
+    assert recommend(results)["winner"] == "ddp×1"

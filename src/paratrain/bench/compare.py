@@ -37,6 +37,8 @@ class CompareSettings:
     repeat: int = 1
     scaling: Literal["strong", "weak"] = "strong"
     timeout: float = 300.0
+    width: int | None = None  # bundled workload size: hidden size (mlp) / model dimension (gpt)
+    depth: int | None = None  # transformer blocks (gpt)
 
     def __post_init__(self) -> None:
         if not self.nproc or any(n < 1 for n in self.nproc):
@@ -73,6 +75,9 @@ def _script_args(settings: CompareSettings, nproc: int) -> tuple[str, list[str]]
     args = ["--workload", workload.name, "--steps", str(settings.steps or workload.steps)]
     if settings.scaling == "weak":
         args += ["--per-rank-batch"]
+    for flag, value in (("--width", settings.width), ("--depth", settings.depth)):
+        if value is not None:
+            args += [flag, str(value)]
     return WORKLOAD_SCRIPT, args
 
 
@@ -201,7 +206,7 @@ def _settings_dict(settings: CompareSettings) -> dict[str, Any]:
         "strategies": settings.strategies or default_strategies(), "nproc": settings.nproc,
         "steps": settings.steps or _default_steps(settings),
         "warmup": settings.warmup, "repeat": settings.repeat, "scaling": settings.scaling,
-        "global_batch": None, "tokens_per_sample": None,
+        "global_batch": None, "tokens_per_sample": None, "width": settings.width, "depth": settings.depth,
     }
     if not settings.script:
         from paratrain.workloads import get

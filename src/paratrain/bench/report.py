@@ -115,6 +115,19 @@ def _memory_lines(ok: list[dict[str, Any]], win: dict[str, Any]) -> list[str]:
     return lines
 
 
+NOISE = 0.05  # throughput differences under 5 % are within run-to-run noise on a shared machine
+
+
+def _simplest_of_the_fastest(candidates: list[dict[str, Any]], ref_key: str | None) -> dict[str, Any] | None:
+    """The fastest cell, unless a simpler one (fewer processes, or the reference itself) is within noise of it:
+    nobody should be told to switch to a distributed method for a 2 % difference."""
+    if not candidates:
+        return None
+    best = _sps(candidates[0]) or 0.0
+    close = [c for c in candidates if (_sps(c) or 0.0) >= best * (1 - NOISE)]
+    return min(close, key=lambda c: (c.get("nproc", 1), c["key"] != ref_key, -(_sps(c) or 0.0)))
+
+
 def recommend(results: dict[str, Any]) -> dict[str, Any]:
     """``{"winner": key or None, "lines": [...]}``: the fastest ok cell whose losses match the reference (or were
     not compared), and one sentence per cell saying how it compares, grounded in the measured numbers."""
@@ -123,8 +136,8 @@ def recommend(results: dict[str, Any]) -> dict[str, Any]:
         return {"winner": None, "lines": ["No methods were run, so there is nothing to compare."]}
     ok = [c for c in ranked(results) if _sps(c) is not None]
     candidates = [c for c in ok if not _flagged(c)]
-    win = candidates[0] if candidates else None
     ref_key = results.get("reference")
+    win = _simplest_of_the_fastest(candidates, ref_key)
     base = next((c for c in ok if c["key"] == ref_key), None)
     lines: list[str] = []
     if win is not None:
@@ -252,7 +265,7 @@ def reproduce_command(results: dict[str, Any]) -> str:
         if s.get("script_args"):
             cmd += ["--script-args", shlex.join(map(str, s["script_args"]))]
     cmd += ["--strategies", ",".join(s.get("strategies") or []), "--nproc", ",".join(map(str, s.get("nproc") or []))]
-    for key in ("steps", "warmup", "repeat", "scaling"):  # the global batch follows from the workload
+    for key in ("steps", "warmup", "repeat", "scaling", "width", "depth"):  # the global batch follows the workload
         if s.get(key) is not None:
             cmd += [f"--{key}", str(s[key])]
     return shlex.join(cmd)

@@ -95,6 +95,8 @@ def compare(
     repeat: int = typer.Option(1, "--repeat", help="Runs per cell; the median run is reported."),
     scaling: str = typer.Option("strong", "--scaling", help="strong: global batch fixed; weak: per-rank batch fixed."),
     timeout: float = typer.Option(300.0, "--timeout", help="Seconds allowed per cell before it counts as failed."),
+    width: int = typer.Option(None, "--width", help="Bundled workload size: hidden size (mlp), model dim (gpt)."),
+    depth: int = typer.Option(None, "--depth", help="Transformer blocks of the gpt workload."),
     out_dir: str = typer.Option(None, "--out", help="Output folder (default runs/compare-<workload>-<time>/)."),
     db: str = typer.Option(None, "--db", help="History database (default ~/.paratrain/history.db or $PARATRAIN_HOME)."),
     json_out: bool = typer.Option(False, "--json", help="Print only the results JSON (no live table)."),
@@ -105,6 +107,8 @@ def compare(
 
     if full and script:
         raise ConfigError("--full runs the bundled workloads; it cannot be combined with --script")
+    if script and (width or depth):
+        raise ConfigError("--width/--depth size the bundled workloads; pass your script's own flags in --script-args")
     workloads = ["mlp", "gpt"] if full else [workload]
     specs = [s.strip() for s in strategies.split(",") if s.strip()] if strategies else None
     all_results = []
@@ -112,7 +116,8 @@ def compare(
     for name in workloads:
         settings = CompareSettings(workload=None if script else name, script=script,
                                    script_args=shlex.split(script_args), strategies=specs, nproc=_parse_nproc(nproc),
-                                   steps=steps, warmup=warmup, repeat=repeat, scaling=scaling, timeout=timeout)
+                                   steps=steps, warmup=warmup, repeat=repeat, scaling=scaling, timeout=timeout,
+                                   width=width, depth=depth)
         folder = _out_dir(out_dir if len(workloads) == 1 else (f"{out_dir}/{name}" if out_dir else None),
                           "script" if script else name)
         folder.mkdir(parents=True, exist_ok=True)

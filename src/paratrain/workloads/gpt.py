@@ -13,6 +13,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import Dataset
 
+from paratrain.errors import ConfigError
 from paratrain.workloads.base import Built, Workload
 
 SEQ_LEN = 64
@@ -78,7 +79,11 @@ def _perplexity(model: nn.Module, data: Dataset, device: torch.device) -> dict[s
     return {"perplexity": math.exp(_loss(model(x), y).item())}
 
 
-def build(dim: int = 64, depth: int = 2, heads: int = 4, seed: int = 0) -> Built:
+def build(width: int = 64, depth: int = 2, heads: int = 4, seed: int = 0) -> Built:
+    """``width`` is the model dimension (a multiple of ``heads``), ``depth`` the number of blocks."""
+    if width % heads:
+        raise ConfigError(f"gpt width {width} must be a multiple of {heads} (attention heads)")
+    dim = width
     text = _text()
     vocab = sorted(set(text))
     ids = torch.tensor([vocab.index(c) for c in text], dtype=torch.long)

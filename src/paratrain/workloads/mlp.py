@@ -31,7 +31,11 @@ def _accuracy(model: nn.Module, data: TensorDataset, device: torch.device) -> di
     return {"accuracy": (pred == y).float().mean().item()}
 
 
-def build(hidden: int = 512, seed: int = 0) -> Built:
+def build(width: int = 512, depth: int | None = None, seed: int = 0) -> Built:
+    """``width`` is the hidden size; ``depth`` does not apply (two hidden layers) and is refused."""
+    if depth is not None:
+        raise ConfigError("the mlp workload has a fixed depth", hint="use --workload gpt to vary --depth")
+    hidden = width
     x, y = _digits()
     gen = torch.Generator().manual_seed(1234)
     order = torch.randperm(len(x), generator=gen)

@@ -23,10 +23,13 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--batch-size", type=int, default=None, help="global batch (per rank with --per-rank-batch)")
     p.add_argument("--per-rank-batch", action="store_true", help="weak scaling: batch size is per rank")
     p.add_argument("--lr", type=float, default=None)
+    p.add_argument("--width", type=int, default=None, help="hidden size (mlp) / model dimension (gpt)")
+    p.add_argument("--depth", type=int, default=None, help="transformer blocks (gpt only)")
     args = p.parse_args(argv)
     workload = get(args.workload)
     steps = args.steps or workload.steps
-    built = workload.build()
+    size = {k: v for k, v in (("width", args.width), ("depth", args.depth)) if v is not None}
+    built = workload.build(**size)
     session = pt.Session(per_rank_batch=args.per_rank_batch)
     optimizer = torch.optim.AdamW(built.model.parameters(), lr=args.lr or workload.lr)
     loader = DataLoader(built.train, batch_size=args.batch_size or workload.global_batch, shuffle=True)
