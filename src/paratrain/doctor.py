@@ -78,6 +78,11 @@ print(json.dumps({"controllers": [n for n, f in (("mpi", hvd.mpi_built), ("gloo"
 """
 
 
+def _install_fix(method: str, extra: str) -> str:
+    """The extra that installs a backend — only once paratrain can use it; until then nothing to run."""
+    return f'pip install "paratrain[{extra}]"' if registry.info(method).implemented else ""
+
+
 def torch_components() -> list[Component]:
     import torch
     import torch.distributed as dist
@@ -104,7 +109,7 @@ def backend_components(timeout: float = CHECK_TIMEOUT_S) -> list[Component]:
     out = []
     ds = _dist_version("deepspeed")
     out.append(Component("DeepSpeed", ds, "" if ds else "not installed",
-                         "" if ds else 'pip install "paratrain[deepspeed]"'))
+                         "" if ds else _install_fix("deepspeed", "deepspeed")))
     hvd = _dist_version("horovod")
     if hvd:
         info = _probe(_HOROVOD_PROBE, timeout)
@@ -113,10 +118,10 @@ def backend_components(timeout: float = CHECK_TIMEOUT_S) -> list[Component]:
                        f"GPU ops: {', '.join(info['ops']) or 'none'}")
         out.append(Component("Horovod", hvd, detail))
     else:
-        out.append(Component("Horovod", None, "not installed", 'pip install "paratrain[horovod]"'))
+        out.append(Component("Horovod", None, "not installed", _install_fix("horovod", "horovod")))
     tf = _dist_version("tensorflow", "tensorflow-cpu")
     out.append(Component("TensorFlow", tf, "" if tf else "not installed",
-                         "" if tf else 'pip install "paratrain[tf]"'))
+                         "" if tf else _install_fix("mirrored", "tf")))
     return out
 
 
