@@ -39,3 +39,14 @@ def test_bf16_mixed_precision_trains_close_to_fp32(tmp_path, reference):
     # bf16 compute is not bit-equal by design; it must still train the same model to nearly the same loss.
     assert abs(losses[-1] - ref_losses[-1]) < 0.05
     assert max(abs(a - b) for a, b in zip(losses, ref_losses, strict=True)) > 0  # it really ran in bf16
+
+
+@pytest.mark.parametrize("strategy", ["fsdp", "ddp"])
+def test_every_rank_starts_from_rank0_weights(tmp_path, strategy):
+    from tests.helpers.launch import ROOT, check
+
+    check(paratrain("run", "-s", strategy, "-n", "2", str(ROOT / "tests" / "helpers" / "scripts" / "rank_init.py"),
+                    str(tmp_path)))
+    import json
+
+    assert [json.loads((tmp_path / f"rank{r}.json").read_text())["same_as_rank0"] for r in (0, 1)] == [True, True]

@@ -71,12 +71,13 @@ class FSDPStrategy(Strategy, BackwardSyncControl):
         return init_device_mesh(self.device.type, (world,))
 
     def wrap(self, model, optimizer):
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
         from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
-        model = model.to(self.device)
-        # fully_shard keeps each rank's own slice of its own initial values: make them rank 0's first, as DDP does.
-        for tensor in [*model.parameters(), *model.buffers()]:
-            dist.broadcast(tensor.data, src=0)
+        # The whole model never goes to the device: fully_shard moves one unit at a time and keeps only this
+        # rank's shard there. Each rank's shard comes from its own initial values, so rank 0's (kept on the
+        # CPU) are broadcast into the shards afterwards, as DDP does at construction.
+        initial = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()} if self.rank == 0 else {}
         names = {id(p): n for n, p in model.named_parameters()}
         kwargs = {"mesh": self._mesh(), "reshard_after_forward": self.options.shard == "full"}
         if self.options.mixed_precision != "no":
@@ -90,6 +91,8 @@ class FSDPStrategy(Strategy, BackwardSyncControl):
                     if any(True for _ in block.parameters()):
                         fully_shard(block, **kwargs)
         fully_shard(model, **kwargs)
+        set_model_state_dict(model, initial,
+                             options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
         if optimizer is not None:
             _rebind_optimizer(optimizer, names, dict(model.named_parameters()))
         return model, optimizer
