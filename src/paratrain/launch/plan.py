@@ -118,7 +118,8 @@ def execute(plan: LaunchPlan) -> int:
     if plan.launcher is Launcher.LOCAL:
         code = subprocess.call(plan.argv)
         if code != 0:
-            raise LaunchError(f"{plan.spec} process exited with code {_exit_code(code)}", exit_code=_exit_code(code))
+            raise LaunchError(f"the {plan.spec} process failed (exit code {_exit_code(code)}); its output is above",
+                              exit_code=_exit_code(code))
     else:
         _run_torchrun(plan)
     where = "GPU" if _gpu_count() else "CPU"
