@@ -12,13 +12,16 @@ import socket
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from paratrain import __version__
 from paratrain.bench.runner import CellSpec, run_cell
 from paratrain.errors import ConfigError
 from paratrain.strategies import registry
 from paratrain.strategies.base import Launcher, format_spec
+
+if TYPE_CHECKING:
+    from paratrain.workloads import Workload
 
 EQUIVALENCE_TOL = 1e-5
 WORKLOAD_SCRIPT = str(Path(__file__).resolve().parents[1] / "workloads" / "train.py")
@@ -66,12 +69,19 @@ class Cell:
         return f"{self.strategy}×{self.nproc}"
 
 
-def _script_args(settings: CompareSettings, nproc: int) -> tuple[str, list[str]]:
+def _workload(settings: CompareSettings) -> Workload | None:
+    """The bundled workload being compared, or None when measuring the user's --script."""
     if settings.script:
-        return settings.script, list(settings.script_args)
+        return None
     from paratrain.workloads import get
 
-    workload = get(settings.workload or "mlp")
+    return get(settings.workload or "mlp")
+
+
+def _script_args(settings: CompareSettings) -> tuple[str, list[str]]:
+    workload = _workload(settings)
+    if workload is None:
+        return str(settings.script), list(settings.script_args)
     args = ["--workload", workload.name, "--steps", str(settings.steps or workload.steps)]
     if settings.scaling == "weak":
         args += ["--per-rank-batch"]
@@ -89,6 +99,7 @@ def default_strategies() -> list[str]:
 def plan_cells(settings: CompareSettings) -> list[Cell]:
     """Every (method, world size) to run, plus one 'unavailable' row per method that cannot run here."""
     names = settings.strategies or default_strategies()
+    script, args = _script_args(settings)  # the same training for every cell
     cells: list[Cell] = []
     for spec in names:
         name, _ = registry.parse_spec(spec)
@@ -108,7 +119,6 @@ def plan_cells(settings: CompareSettings) -> list[Cell]:
             continue
         sizes = [1] if entry.launcher is Launcher.LOCAL else settings.nproc
         for n in sizes:
-            script, args = _script_args(settings, n)
             cells.append(Cell(CellSpec(normalized, n, script, args), normalized, n))
     if not any(c.spec for c in cells):
         raise ConfigError("none of the requested methods can run here", hint="see `paratrain doctor`")
@@ -138,18 +148,16 @@ def run_compare(settings: CompareSettings, out_dir: Path, progress: Progress | N
     """Run every cell and return the results dict (see docs/results-schema in the README)."""
     cells = plan_cells(settings)
     say = progress or (lambda key, text, done: None)
-    tokens = None
-    if not settings.script:
-        from paratrain.workloads import get
-
-        tokens = get(settings.workload or "mlp").tokens_per_sample
+    workload = _workload(settings)
+    tokens = workload.tokens_per_sample if workload else None
+    total = settings.steps or (workload.steps if workload else None)
     now = datetime.datetime.now(datetime.timezone.utc)
     results: dict[str, Any] = {
         # Unique per run, whatever --out is, so a re-used output folder never replaces an older history row.
-        "id": f"compare-{'script' if settings.script else settings.workload or 'mlp'}-{now:%Y%m%d-%H%M%S}",
+        "id": f"compare-{workload.name if workload else 'script'}-{now:%Y%m%d-%H%M%S}",
         "created": now.isoformat(timespec="seconds"),
         "paratrain": __version__,
-        "settings": _settings_dict(settings),
+        "settings": _settings_dict(settings, workload),
         "env": environment(),
         "cells": [],
         "interrupted": False,
@@ -164,9 +172,8 @@ def run_compare(settings: CompareSettings, out_dir: Path, progress: Progress | N
             runs = []
             for i in range(settings.repeat):
                 folder = out_dir / "cells" / _slug(cell.key) / f"run{i + 1}"
-                total = settings.steps or _default_steps(settings)
 
-                def tick(step: int, key: str = cell.key, i: int = i, total: int | None = total) -> None:
+                def tick(step: int, key: str = cell.key, i: int = i) -> None:
                     rep = f" (repeat {i + 1}/{settings.repeat})" if settings.repeat > 1 else ""
                     say(key, f"running step {step}/{total or '?'}{rep}", None)
 
@@ -182,14 +189,6 @@ def run_compare(settings: CompareSettings, out_dir: Path, progress: Progress | N
     return results
 
 
-def _default_steps(settings: CompareSettings) -> int | None:
-    if settings.script:
-        return None
-    from paratrain.workloads import get
-
-    return get(settings.workload or "mlp").steps
-
-
 def _unavailable(cell: Cell) -> dict[str, Any]:
     return {"key": cell.key, "strategy": cell.strategy, "nproc": cell.nproc, "status": "unavailable",
             "error": cell.reason, "log": None}
@@ -199,21 +198,17 @@ def _slug(key: str) -> str:
     return "".join(c if c.isalnum() or c in "-_=" else "_" for c in key)
 
 
-def _settings_dict(settings: CompareSettings) -> dict[str, Any]:
-    out: dict[str, Any] = {
-        "workload": None if settings.script else (settings.workload or "mlp"),
+def _settings_dict(settings: CompareSettings, workload: Workload | None) -> dict[str, Any]:
+    return {
+        "workload": workload.name if workload else None,
         "script": settings.script, "script_args": settings.script_args,
         "strategies": settings.strategies or default_strategies(), "nproc": settings.nproc,
-        "steps": settings.steps or _default_steps(settings),
+        "steps": settings.steps or (workload.steps if workload else None),
         "warmup": settings.warmup, "repeat": settings.repeat, "scaling": settings.scaling,
-        "global_batch": None, "tokens_per_sample": None, "width": settings.width, "depth": settings.depth,
+        "global_batch": workload.global_batch if workload else None,
+        "tokens_per_sample": workload.tokens_per_sample if workload else None,
+        "width": settings.width, "depth": settings.depth,
     }
-    if not settings.script:
-        from paratrain.workloads import get
-
-        w = get(settings.workload or "mlp")
-        out["global_batch"], out["tokens_per_sample"] = w.global_batch, w.tokens_per_sample
-    return out
 
 
 def finalize(results: dict[str, Any]) -> None:

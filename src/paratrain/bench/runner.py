@@ -28,10 +28,6 @@ class CellSpec:
     script: str
     args: list[str] = field(default_factory=list)
 
-    @property
-    def key(self) -> str:
-        return f"{self.strategy}×{self.nproc}"
-
 
 
 def _last_error(log: Path) -> str:
