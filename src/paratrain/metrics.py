@@ -57,11 +57,13 @@ class StepRecorder:
 
     @classmethod
     def from_env(cls, rank: int) -> StepRecorder:
+        global _current
         folder = os.environ.get(METRICS_VAR)
         if not folder:
             return cls(None)
         Path(folder).mkdir(parents=True, exist_ok=True)
-        return cls(Path(folder) / f"rank{rank}.jsonl")
+        _current = cls(Path(folder) / f"rank{rank}.jsonl")
+        return _current
 
     def write(self, record: dict[str, Any]) -> None:
         if self._file is not None:
@@ -100,11 +102,10 @@ class StepRecorder:
         self._file = None
 
 
+_current: StepRecorder | None = None  # the recorder of this process's Session, when one is measuring
+
+
 def log(**values: Any) -> None:
-    """Record named values (accuracy, perplexity, ...) for a measuring launcher; a no-op otherwise."""
-    folder = os.environ.get(METRICS_VAR)
-    if not folder:
-        return
-    rank = os.environ.get("RANK", "0")
-    with open(Path(folder) / f"rank{rank}.jsonl", "a") as fh:
-        fh.write(json.dumps({"log": values}) + "\n")
+    """Record named values (accuracy, perplexity, ...) beside the Session's measurements; a no-op otherwise."""
+    if _current is not None:
+        _current.write({"log": values})
