@@ -8,6 +8,7 @@ writes the wall time at which its first step ended and every step's duration (en
 """
 
 import argparse
+import datetime
 import json
 import os
 import time
@@ -62,6 +63,8 @@ def main() -> None:
     if rank == 0:
         with open(args.out, "w") as fh:
             json.dump({"first_step_end": first_end, "step_times": times, "pid": os.getpid()}, fh)
+    # A monitored barrier before destroy: without it gloo can abort a finished rank at exit.
+    dist.monitored_barrier(timeout=datetime.timedelta(seconds=60)) if dist.get_backend() == "gloo" else dist.barrier()
     dist.destroy_process_group()
 
 

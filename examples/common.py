@@ -62,3 +62,25 @@ def write_results(out: str | None, losses: list[float], state: dict[str, torch.T
     with open(os.path.join(out, "losses.json"), "w") as fh:
         json.dump({"losses": losses, **extra}, fh)
     torch.save({k: v.detach().cpu().clone() for k, v in state.items()}, os.path.join(out, "weights.pt"))
+
+
+def leave_process_group(ok: bool) -> None:
+    """Leave the default process group the way that does not abort at exit.
+
+    With gloo (torch 2.x on CPU), a rank that destroys its group while a peer still uses its end, or that reaches
+    interpreter exit with the group's threads still busy, can die with "terminate called without an active
+    exception" after its work is done. A monitored barrier first (so every rank is finished), then destroy. After an
+    error there is no barrier: the other ranks may be waiting for this one.
+    """
+    import datetime
+
+    import torch.distributed as dist
+
+    if not dist.is_initialized():
+        return
+    if ok:
+        if dist.get_backend() == "gloo":
+            dist.monitored_barrier(timeout=datetime.timedelta(seconds=60))
+        else:
+            dist.barrier()
+    dist.destroy_process_group()

@@ -16,7 +16,7 @@ from torch.distributed.fsdp import fully_shard
 from torch.utils.data import DataLoader
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from common import build_model, make_dataset, make_optimizer, parse_args, write_results
+from common import build_model, leave_process_group, make_dataset, make_optimizer, parse_args, write_results
 
 
 def main() -> None:
@@ -35,7 +35,7 @@ def main() -> None:
     optimizer = make_optimizer(args.optimizer, model.parameters(), args.lr)
     loader = DataLoader(make_dataset(args.samples), batch_size=args.batch_size, shuffle=False)
     criterion = torch.nn.CrossEntropyLoss()
-    losses, step = [], 0
+    losses, step, ok = [], 0, False
     try:
         while step < args.steps:
             for x, y in loader:
@@ -54,8 +54,9 @@ def main() -> None:
         if rank == 0:
             print(f"final loss {losses[-1]:.4f}")
             write_results(args.out, losses, full)
+        ok = True
     finally:
-        dist.destroy_process_group()
+        leave_process_group(ok)
 
 
 if __name__ == "__main__":

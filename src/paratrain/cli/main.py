@@ -67,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         where = f"{ctx.command_path} --help" if ctx is not None else "paratrain --help"
         return _fail(f"{exc.format_message()} (see `{where}`)", getattr(exc, "exit_code", 2) or 2)
     except (typer.Abort, KeyboardInterrupt):
-        return _fail("interrupted", 130)
+        return _fail("interrupted by SIGINT", 130)
     except ParatrainError as exc:
         if _state["debug"]:
             traceback.print_exc()

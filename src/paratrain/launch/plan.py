@@ -11,6 +11,7 @@ import json
 import logging
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import tempfile
@@ -24,6 +25,17 @@ from paratrain.errors import ConfigError, LaunchError
 from paratrain.launch.config import RunConfig
 from paratrain.strategies import registry
 from paratrain.strategies.base import Launcher, format_spec
+
+
+SHUTDOWN_GRACE_S = 3  # seconds workers get to exit on a signal before they are killed
+
+
+class Interrupted(LaunchError):
+    """The launcher itself got a signal (Ctrl-C, a scheduler's SIGTERM); the workers are gone."""
+
+    def __init__(self, signum: int) -> None:
+        name = signal.Signals(signum).name
+        super().__init__(f"interrupted by {name}; every process of the job was stopped", exit_code=128 + signum)
 
 
 @dataclass(frozen=True)
@@ -93,7 +105,9 @@ def build_plan(config: RunConfig) -> LaunchPlan:
         raise ConfigError(f"--nproc {nproc} asks for more processes than the {gpus} visible GPUs",
                           hint=f"use --nproc {gpus} or fewer (one process per GPU)")
     env[NPROC_VAR] = str(nproc)
-    argv = [f"--nproc-per-node={nproc}", f"--max-restarts={config.max_restarts}"]
+    # Ctrl-C / SIGTERM: the workers get the signal, then SIGKILL after SHUTDOWN_GRACE_S (torchrun waits 30 s).
+    argv = [f"--nproc-per-node={nproc}", f"--max-restarts={config.max_restarts}",
+            f"--shutdown-timeout={SHUTDOWN_GRACE_S}"]
     if config.master:
         host, _, port = config.master.rpartition(":")
         argv += [f"--nnodes={config.nnodes}", f"--node-rank={config.node_rank}",
@@ -115,53 +129,85 @@ def execute(plan: LaunchPlan) -> int:
     """Run the plan; returns 0, or raises LaunchError carrying the failing rank's exit code."""
     os.environ.update(plan.env)
     start = time.perf_counter()
-    if plan.launcher is Launcher.LOCAL:
-        code = subprocess.call(plan.argv)
-        if code != 0:
-            raise LaunchError(f"the {plan.spec} process failed (exit code {_exit_code(code)}); its output is above",
-                              exit_code=_exit_code(code))
-    else:
-        _run_torchrun(plan)
+    with tempfile.TemporaryDirectory(prefix="paratrain-notes-") as notes:
+        os.environ[FAILURES_VAR] = notes
+        try:
+            if plan.launcher is Launcher.LOCAL:
+                _run_local(plan, Path(notes))
+            else:
+                _run_torchrun(plan, Path(notes))
+        finally:
+            os.environ.pop(FAILURES_VAR, None)
     where = "GPU" if _gpu_count() else "CPU"
     notice(f"{plan.spec} × {plan.world_size} process{'es' if plan.world_size > 1 else ''} ({where}) "
            f"finished in {time.perf_counter() - start:.1f} s")
     return 0
 
 
-def _run_torchrun(plan: LaunchPlan) -> None:
+def _run_local(plan: LaunchPlan, notes: Path) -> None:
+    code = subprocess.call(plan.argv)
+    if code != 0:
+        what = f"exit code {_exit_code(code)}"
+        if code < 0:
+            what += f", {_signal_text(-code, _finished(notes, 0))}"
+        raise LaunchError(f"the {plan.spec} process failed ({what}); its output is above", exit_code=_exit_code(code))
+
+
+def _run_torchrun(plan: LaunchPlan, notes: Path) -> None:
     from torch.distributed import DistError
     from torch.distributed import run as torchrun
+    from torch.distributed.elastic.multiprocessing import SignalException
     from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.elastic.rendezvous.api import RendezvousError
 
-    args = torchrun.parse_args(plan.argv)
+    # Only torchrun's own options go through its parser: argparse matches abbreviations anywhere in argv, so a
+    # script argument such as --log or --local would be taken for (or ambiguous with) a torchrun option.
+    split = plan.argv.index("--module") + 2
+    args = torchrun.parse_args(plan.argv[:split])
+    args.training_script_args = plan.argv[split:]
     _quiet_torchrun(plan.config.verbose)
-    with tempfile.TemporaryDirectory(prefix="paratrain-failures-") as notes:
-        os.environ[FAILURES_VAR] = notes
-        try:
-            torchrun.run(args)
-        except ChildFailedError as exc:
-            _raise_first_failure(exc, Path(notes))
-        except (DistError, RendezvousError) as exc:  # the job never formed: port taken, master unreachable
-            where = plan.config.master or "a local port"
-            raise LaunchError(f"could not start the job at {where}: {str(exc).strip().splitlines()[0]}",
-                              hint="check --master HOST:PORT (free on node 0, reachable from every node)") from None
-        finally:
-            os.environ.pop(FAILURES_VAR, None)
+    try:
+        torchrun.run(args)
+    except SignalException as exc:  # Ctrl-C or a kill of the launcher: torchrun has stopped the workers
+        raise Interrupted(exc.sigval) from None
+    except ChildFailedError as exc:
+        _raise_first_failure(exc, notes)
+    except (DistError, RendezvousError) as exc:  # the job never formed: port taken, master unreachable
+        where = plan.config.master or "a local port"
+        raise LaunchError(f"could not start the job at {where}: {str(exc).strip().splitlines()[0]}",
+                          hint="check --master HOST:PORT (free on node 0, reachable from every node)") from None
 
 
-def _first_noted(notes: Path) -> dict | None:
-    """The earliest failure the workers noted themselves (sub-second times) in the last restart, if any."""
+def _read_notes(notes: Path, kind: str) -> list[dict]:
+    """The workers' own notes of one kind ("failure", "done") from the last restart attempt."""
     found = []
-    for file in notes.glob("rank*.json"):
+    for file in notes.glob(f"rank*.{kind}.json"):
         try:
             found.append(json.loads(file.read_text()))
         except (OSError, json.JSONDecodeError):
             continue
-    if not found:
-        return None
-    last = max(d.get("attempt", 0) for d in found)
-    return min((d for d in found if d.get("attempt", 0) == last), key=lambda d: d["time"])
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    last = max((d.get("attempt", 0) for d in found), default=attempt)
+    return [d for d in found if d.get("attempt", 0) == last]
+
+
+def _first_noted(notes: Path) -> dict | None:
+    """The earliest failure the workers noted themselves (sub-second times) in the last restart, if any."""
+    found = _read_notes(notes, "failure")
+    return min(found, key=lambda d: d["time"]) if found else None
+
+
+def _finished(notes: Path, rank: int) -> bool:
+    """Had this rank's script already returned normally (so a signal hit it on its way out)?"""
+    return any(d.get("rank") == rank for d in _read_notes(notes, "done"))
+
+
+def _signal_text(signum: int, finished: bool) -> str:
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:
+        name = f"signal {signum}"
+    return f"killed by {name}" + (" after its script had finished" if finished else "")
 
 
 def _raise_first_failure(exc, notes: Path) -> None:
@@ -169,7 +215,8 @@ def _raise_first_failure(exc, notes: Path) -> None:
     noted = _first_noted(notes)
     if noted is not None and noted["rank"] in exc.failures:
         rank, failure = noted["rank"], exc.failures[noted["rank"]]
-    line = _failure_line(rank, failure, noted["error"] if noted and noted["rank"] == rank else None)
+    line = _failure_line(rank, failure, noted["error"] if noted and noted["rank"] == rank else None,
+                         _finished(notes, rank))
     hint = None
     if "timed out" in line.lower():
         # The ranks the launcher had to stop were still busy when this one gave up waiting for them.
@@ -184,9 +231,12 @@ def _exit_code(code: int) -> int:
     return 128 - code if code < 0 else code  # killed by signal N -> 128+N, as shells report it
 
 
-def _failure_line(rank: int, failure, noted: str | None = None) -> str:
+def _failure_line(rank: int, failure, noted: str | None = None, finished: bool = False) -> str:
+    code = f"exit code {_exit_code(failure.exitcode)}"
+    if failure.exitcode < 0:  # a signal: name it, whatever torchrun's error file says ("<NONE>" when there is none)
+        return f"rank {rank} failed first ({code}): {_signal_text(-failure.exitcode, finished)}"
     if noted:
-        return f"rank {rank} failed first (exit code {_exit_code(failure.exitcode)}): {noted}"
+        return f"rank {rank} failed first ({code}): {noted}"
     data = failure.error_file_data or {}
     message = data.get("message") if isinstance(data, dict) else None
     text = ""
@@ -194,7 +244,7 @@ def _failure_line(rank: int, failure, noted: str | None = None) -> str:
         text = str(message.get("message", "")).strip()
     elif message:
         text = str(message).strip()
-    if not text and failure.exitcode < 0:
-        text = f"killed by signal {-failure.exitcode}"
+    if text in ("<NONE>", "<N/A>"):
+        text = ""
     last = text.splitlines()[-1] if text else "see its output above"
-    return f"rank {rank} failed first (exit code {_exit_code(failure.exitcode)}): {last}"
+    return f"rank {rank} failed first ({code}): {last}"

@@ -1,22 +1,37 @@
-"""What torchrun starts in every process: the user's script, under torchelastic's error recorder.
+"""What the launcher starts in every process: the user's script, under torchelastic's error recorder.
 
 ``@record`` writes the exception of a failing rank to torchrun's per-rank error file. torchrun's timestamps there
 are whole seconds, so when rank 1 raises and rank 0 then fails on the closed connection in the same second, it
 cannot tell which came first; each rank therefore also notes its own failure time (``PARATRAIN_FAILURES``) and the
 launcher reports the earliest one — the root cause, not its echo.
+
+Leaving is the other half of this module's job. torch's gloo backend can abort a process *during interpreter
+finalization* ("terminate called without an active exception": C++ threads of the transport still hold work when
+static objects are destroyed), after the script's work is done — a few runs in ten under load, whether or not the
+script destroyed its process group. So once the script has returned (or failed), the worker does what the
+interpreter would do on its way out — join the script's non-daemon threads, run the ``atexit`` handlers (the
+Session's ``close`` among them), leave a process group the script left up through a monitored barrier, flush
+output — and then ends the process with ``os._exit``, skipping finalization. A crash *during* the script is
+untouched: it kills the process before any of this runs, and the launcher reports it.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import json
 import os
 import runpy
+import signal
 import sys
+import threading
 import time
+import traceback
+from typing import NoReturn
 
 from torch.distributed.elastic.multiprocessing.errors import record
 
-from paratrain.distenv import FAILURES_VAR
+from paratrain.distenv import FAILURES_VAR, TIMEOUT_VAR
 
 
 @record
@@ -29,43 +44,113 @@ def _run_script() -> None:
     runpy.run_path(script, run_name="__main__")
 
 
-def _note_failure(summary: str) -> None:
-    from paratrain.strategies import _procgroup
-
-    _procgroup.mark_failing()  # the Session's exit must not wait in a barrier for ranks that wait for us
+def _note(name: str, data: dict) -> None:
+    """Write a small JSON note for the launcher into the failures folder (if this launch has one)."""
     folder = os.environ.get(FAILURES_VAR)
     if not folder:
         return
     rank = os.environ.get("RANK", "0")
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))  # --max-restarts: only the last one counts
-    try:
-        with open(os.path.join(folder, f"rank{rank}.json"), "w") as fh:
-            json.dump({"rank": int(rank), "attempt": attempt, "time": time.time(), "error": summary}, fh)
-    except OSError:
-        pass  # the launcher falls back to torchrun's own error files
+    path = os.path.join(folder, f"rank{rank}.{name}.json")
+    with contextlib.suppress(OSError), open(path, "w") as fh:  # else the launcher uses torchrun's error files
+        json.dump({"rank": int(rank), "attempt": attempt, "time": time.time(), **data}, fh)
+
+
+def _note_failure(summary: str) -> None:
+    from paratrain.strategies import _procgroup
+
+    _procgroup.mark_failing()  # the Session's exit must not wait in a barrier for ranks that wait for us
+    _note("failure", {"error": summary})
+
+
+def _exit_code_of(exc: SystemExit) -> int:
+    if exc.code is None:
+        return 0
+    if isinstance(exc.code, int):
+        return exc.code
+    print(exc.code, file=sys.stderr)  # sys.exit("message"): what the interpreter would print
+    return 1
+
+
+def _join_threads() -> None:
+    """The interpreter waits for non-daemon threads before it exits; so do we."""
+    for thread in threading.enumerate():
+        if thread is not threading.current_thread() and not thread.daemon:
+            thread.join()
+
+
+def _leave_process_group() -> None:
+    """A script that left its process group up (most native scripts) leaves it the way Session does."""
+    from paratrain.strategies import _procgroup
+
+    timeout = os.environ.get(TIMEOUT_VAR)
+    with contextlib.suppress(Exception):  # a peer already gone: the launcher reports that, not us
+        _procgroup.leave(float(timeout) if timeout else None)
+
+
+def _finish(code: int) -> NoReturn:
+    """Leave as the interpreter would, minus finalization (where gloo can abort a process whose work is done)."""
+    if code == 0:
+        _note("done", {})
+    with contextlib.suppress(Exception):
+        _join_threads()
+    atexit._run_exitfuncs()  # the script's handlers and the Session's close(), in the usual order
+    _leave_process_group()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(code)
+
+
+_interrupted = False
+
+
+def _on_sigint(signum: int, frame: object) -> None:
+    global _interrupted
+    _interrupted = True
+    raise KeyboardInterrupt
+
+
+def _stop_quietly() -> NoReturn:
+    """Ctrl-C (forwarded by the launcher): the launcher says so in one line; no traceback from every rank."""
+    from paratrain.strategies import _procgroup
+
+    _procgroup.mark_failing()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    os._exit(128 + signal.SIGINT)
 
 
 def main() -> None:
     """A ParatrainError (a user mistake, e.g. a bad option) is one line per rank, not a traceback."""
     from paratrain.errors import ParatrainError
 
+    signal.signal(signal.SIGINT, _on_sigint)
     try:
         _run_script()
     except ParatrainError as exc:
         _note_failure(exc.one_line())
         if os.environ.get("PARATRAIN_DEBUG") == "1":
-            raise
+            traceback.print_exc()
         rank = os.environ.get("RANK", "0")
         print(f"paratrain: error (rank {rank}): {exc.one_line()}", file=sys.stderr, flush=True)
-        raise SystemExit(exc.exit_code) from None
+        _finish(exc.exit_code)
     except SystemExit as exc:
-        if exc.code not in (None, 0):
-            _note_failure(f"exited with {exc.code}")
-        raise
-    except BaseException as exc:
+        code = _exit_code_of(exc)
+        if code != 0:
+            _note_failure(f"exited with {code}")
+        _finish(code)
+    except KeyboardInterrupt:
+        _stop_quietly()
+    except Exception as exc:
+        if _interrupted:  # an echo of the interrupt (a peer that stopped first): not a failure of its own
+            _stop_quietly()
         last = str(exc).strip().splitlines()[-1] if str(exc).strip() else ""
         _note_failure(f"{type(exc).__name__}: {last}" if last else type(exc).__name__)
-        raise
+        sys.excepthook(type(exc), exc, exc.__traceback__)  # the traceback, through any hook the script set
+        _finish(1)
+    _finish(0)
 
 
 if __name__ == "__main__":
