@@ -19,6 +19,7 @@ from paratrain.console import user_print
 from paratrain.data import MicroBatch, ShardedLoader
 from paratrain.distenv import DistEnv
 from paratrain.errors import ConfigError, LaunchError
+from paratrain.progress import Progress
 from paratrain.strategies import _procgroup, registry
 from paratrain.strategies.base import BackwardSyncControl, Launcher, Strategy
 
@@ -68,6 +69,7 @@ class Session:
         self._closed = False
         self._strategy.setup()
         self._metrics = metrics.StepRecorder.from_env(self.rank)
+        self._progress = Progress.from_env(self.rank)
         _install_failure_hook()
         atexit.register(self.close)
 
@@ -103,7 +105,8 @@ class Session:
         """Wrap the model (and optimizer) for the method and shard the loader; returns them in the same order."""
         if self._model is not None:
             raise ConfigError("prepare() was already called on this Session", hint="call it once per Session")
-        model, optimizer = self._strategy.wrap(model, optimizer)
+        with self._progress.phase("session.prepare"):
+            model, optimizer = self._strategy.wrap(model, optimizer)
         self._model, self._optimizer, self._scheduler = model, optimizer, scheduler
         if loader is not None:
             self._loader = ShardedLoader(
@@ -125,7 +128,8 @@ class Session:
         """Backward of this rank's (mean) loss, weighted so the synchronised gradient is the global-batch mean."""
         weight = self._loss_weight
         self._metrics.backward(loss, weight, self._micro_samples)
-        self._strategy.backward(loss if weight == 1.0 else loss * weight)
+        with self._progress.phase("session.backward"):
+            self._strategy.backward(loss if weight == 1.0 else loss * weight)
         self._micro_done += 1
 
     def step(self) -> None:
@@ -135,12 +139,14 @@ class Session:
         self._micro_done = 0
         if self._optimizer is None:
             raise ConfigError("step() needs an optimizer", hint="pass it to session.prepare(model, optimizer)")
-        self._strategy.step(self._optimizer)
+        with self._progress.phase("session.step"):
+            self._strategy.step(self._optimizer)
         self._metrics.step_end(self.step_count + 1, self._model, self._optimizer)  # before grads are freed
         self._optimizer.zero_grad(set_to_none=True)
         if self._scheduler is not None:
             self._scheduler.step()
         self.step_count += 1
+        self._progress.stepped(self.step_count)
 
     # -- collectives and output -----------------------------------------------------------------------------
     def all_reduce(self, value: torch.Tensor | float, op: ReduceOp = "mean") -> torch.Tensor | float:
@@ -154,7 +160,8 @@ class Session:
         if dist.is_initialized() and self.world_size > 1:
             orig_device = t.device
             t = t.to(self.device)
-            dist.all_reduce(t, op=ops[op])
+            with self._progress.phase("session.all_reduce"):
+                dist.all_reduce(t, op=ops[op])
             if op == "mean":
                 t = t / self.world_size
             t = t.to(orig_device)
@@ -167,23 +174,27 @@ class Session:
 
     def barrier(self) -> None:
         if dist.is_initialized():
-            dist.barrier()
+            with self._progress.phase("session.barrier"):
+                dist.barrier()
 
     # -- state ----------------------------------------------------------------------------------------------
     def model_state_dict(self) -> dict[str, torch.Tensor]:
         """The full (unsharded) model state on every rank, keyed like the user's own module."""
         self._require_model()
-        return self._strategy.full_model_state_dict(self._model)
+        with self._progress.phase("session.model_state_dict"):
+            return self._strategy.full_model_state_dict(self._model)
 
     def save(self, path: str) -> None:
         """Write a checkpoint directory atomically; every rank must call it."""
         self._require_model()
-        checkpoint.save(path, self._strategy, self._model, self._optimizer, self._trainer_state())
+        with self._progress.phase("session.save"):
+            checkpoint.save(path, self._strategy, self._model, self._optimizer, self._trainer_state())
 
     def load(self, path: str) -> None:
         """Restore a checkpoint written by any method at any world size; every rank must call it."""
         self._require_model()
-        state = checkpoint.load(path, self._strategy, self._model, self._optimizer)
+        with self._progress.phase("session.load"):
+            state = checkpoint.load(path, self._strategy, self._model, self._optimizer)
         self.step_count = int(state.get("step_count", 0))
         if self._scheduler is not None and state.get("scheduler") is not None:
             self._scheduler.load_state_dict(state["scheduler"])
@@ -208,6 +219,7 @@ class Session:
             return
         self._closed = True
         self._metrics.close(self._strategy.device)
+        self._progress.close(failed=_procgroup.is_failing())
         self._strategy.teardown()
 
     def __enter__(self) -> Session:

@@ -38,6 +38,10 @@ def run(
     max_restarts: int = typer.Option(None, "--max-restarts", help="Restart the whole job up to K times."),
     timeout: float = typer.Option(None, "--timeout",
                                   help="Seconds any collective may wait before a stuck rank becomes an error."),
+    stall_timeout: float = typer.Option(None, "--stall-timeout",
+                                        help="Stop the job when a rank has waited this many seconds in a collective "
+                                             "(a Session script's watchdog), naming the rank that left the "
+                                             "lock-step. Default: off."),
     config: str = typer.Option(None, "--config", help="TOML file with these options (default ./paratrain.toml)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved options and command; run nothing."),
     json_out: bool = typer.Option(False, "--json", help="With --dry-run: print the plan as JSON."),
@@ -50,7 +54,8 @@ def run(
     if json_out and not dry_run:
         raise ConfigError("--json only applies to --dry-run", hint="add --dry-run, or drop --json")
     flags = {"strategy": strategy, "nproc": nproc, "nnodes": nnodes, "node_rank": node_rank, "master": master,
-             "max_restarts": max_restarts, "timeout": timeout, "verbose": verbose,
+             "max_restarts": max_restarts, "timeout": timeout,
+             "stall_timeout": stall_timeout, "verbose": verbose,
              "script": script, "args": list(args or [])}
     plan = build_plan(merge(load_config(config), flags))
     if dry_run:

@@ -27,6 +27,7 @@ class RunConfig:
     master: str | None = None  # HOST:PORT of node 0; None = local rendezvous on a free port
     max_restarts: int = 0
     timeout: float | None = None  # seconds for every collective
+    stall_timeout: float | None = None  # seconds a rank may wait in a collective before the watchdog stops the job
     verbose: bool = False
     script: str = ""
     args: list[str] = field(default_factory=list)
@@ -42,6 +43,8 @@ class RunConfig:
             raise ConfigError(f"--max-restarts {self.max_restarts} must be 0 or more")
         if self.timeout is not None and self.timeout <= 0:
             raise ConfigError(f"--timeout {self.timeout} must be a positive number of seconds")
+        if self.stall_timeout is not None and self.stall_timeout <= 0:
+            raise ConfigError(f"--stall-timeout {self.stall_timeout} must be a positive number of seconds")
         if self.nnodes > 1 and not self.master:
             raise ConfigError(f"--nnodes {self.nnodes} needs --master HOST:PORT (the address of node 0)",
                               hint="e.g. --master 10.0.0.1:29500 on every node")

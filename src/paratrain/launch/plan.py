@@ -23,10 +23,12 @@ from paratrain.console import notice
 from paratrain.distenv import FAILURES_VAR, NPROC_VAR, STRATEGY_VAR, TIMEOUT_VAR, option_var
 from paratrain.errors import ConfigError, LaunchError
 from paratrain.launch.config import RunConfig
+from paratrain.launch.watchdog import Watchdog, explain_timeout
 from paratrain.strategies import registry
 from paratrain.strategies.base import Launcher, format_spec
 
-
+STALL_HINT = ("every rank must make the same collective calls in the same order (evaluate on all ranks, or let "
+              "the others wait in session.barrier()); raise --timeout / --stall-timeout if a rank is just slow")
 SHUTDOWN_GRACE_S = 3  # seconds workers get to exit on a signal before they are killed
 
 
@@ -166,12 +168,16 @@ def _run_torchrun(plan: LaunchPlan, notes: Path) -> None:
     args = torchrun.parse_args(plan.argv[:split])
     args.training_script_args = plan.argv[split:]
     _quiet_torchrun(plan.config.verbose)
+    watchdog = Watchdog(notes, plan.world_size, plan.config.stall_timeout)
     try:
-        torchrun.run(args)
-    except SignalException as exc:  # Ctrl-C or a kill of the launcher: torchrun has stopped the workers
+        with watchdog:
+            torchrun.run(args)
+    except SignalException as exc:  # Ctrl-C, a kill of the launcher, or the watchdog: the workers are stopped
+        if watchdog.verdict:
+            raise LaunchError(watchdog.verdict, hint=STALL_HINT) from None
         raise Interrupted(exc.sigval) from None
     except ChildFailedError as exc:
-        _raise_first_failure(exc, notes)
+        _raise_first_failure(exc, notes, plan.world_size)
     except (DistError, RendezvousError) as exc:  # the job never formed: port taken, master unreachable
         where = plan.config.master or "a local port"
         raise LaunchError(f"could not start the job at {where}: {str(exc).strip().splitlines()[0]}",
@@ -210,20 +216,36 @@ def _signal_text(signum: int, finished: bool) -> str:
     return f"killed by {name}" + (" after its script had finished" if finished else "")
 
 
-def _raise_first_failure(exc, notes: Path) -> None:
+def _raise_first_failure(exc, notes: Path, world_size: int) -> None:
     rank, failure = exc.get_first_failure()
+    # torchrun stops the healthy ranks with SIGTERM once one fails: those are never the cause.
+    causes = {r: f for r, f in exc.failures.items() if f.exitcode != -signal.SIGTERM}
+    if causes and rank not in causes:
+        rank = min(causes, key=lambda r: (causes[r].timestamp, r))
+        failure = causes[rank]
     noted = _first_noted(notes)
     if noted is not None and noted["rank"] in exc.failures:
         rank, failure = noted["rank"], exc.failures[noted["rank"]]
     line = _failure_line(rank, failure, noted["error"] if noted and noted["rank"] == rank else None,
                          _finished(notes, rank))
     hint = None
-    if "timed out" in line.lower():
-        # The ranks the launcher had to stop were still busy when this one gave up waiting for them.
-        stuck = sorted(r for r, f in exc.failures.items() if r != rank and f.exitcode < 0)
-        if stuck:
-            line += f"; rank(s) {', '.join(map(str, stuck))} never reached that collective"
-        hint = "a rank is stuck or much slower than the others; raise --timeout if that is expected"
+    lowered = line.lower()
+    if "timed out" in lowered:
+        # The rank that gave up waiting is not the one to blame: the progress notes say who left the lock-step.
+        why = explain_timeout(notes, world_size)
+        if why:
+            line = f"{why}; rank {rank} gave up waiting after --timeout"
+        else:
+            stuck = sorted(r for r, f in exc.failures.items() if r != rank and f.exitcode < 0)
+            if stuck:
+                line += f"; rank(s) {', '.join(map(str, stuck))} never reached that collective"
+        hint = STALL_HINT
+    elif any(echo in lowered for echo in ("connection closed", "connection reset", "sigabrt")):
+        # A broken connection or a gloo abort is often the echo of a lock-step error elsewhere.
+        why = explain_timeout(notes, world_size)
+        if why:
+            line += f" ({why})"
+            hint = STALL_HINT
     raise LaunchError(line, hint=hint, exit_code=_exit_code(failure.exitcode)) from None
 
 
@@ -233,10 +255,10 @@ def _exit_code(code: int) -> int:
 
 def _failure_line(rank: int, failure, noted: str | None = None, finished: bool = False) -> str:
     code = f"exit code {_exit_code(failure.exitcode)}"
+    if noted:  # the rank's own note of its error, written before anything could kill it
+        return f"rank {rank} failed first ({code}): {noted}"
     if failure.exitcode < 0:  # a signal: name it, whatever torchrun's error file says ("<NONE>" when there is none)
         return f"rank {rank} failed first ({code}): {_signal_text(-failure.exitcode, finished)}"
-    if noted:
-        return f"rank {rank} failed first ({code}): {noted}"
     data = failure.error_file_data or {}
     message = data.get("message") if isinstance(data, dict) else None
     text = ""

@@ -65,6 +65,10 @@ def mark_failing() -> None:
     _failing = True
 
 
+def is_failing() -> bool:
+    return _failing
+
+
 def leave(timeout_s: float | None = None) -> None:
     """Destroy the process group — after a last barrier on a normal exit.
 
