@@ -15,10 +15,14 @@ PREFIX = "PARATRAIN_"
 STRATEGY_VAR = "PARATRAIN_STRATEGY"
 TIMEOUT_VAR = "PARATRAIN_TIMEOUT"
 NPROC_VAR = "PARATRAIN_NPROC"
-FAILURES_VAR = "PARATRAIN_FAILURES"  # folder where failing workers note the time of their failure
+FAILURES_VAR = "PARATRAIN_FAILURES"  # folder of the workers' notes for the launcher (failures, progress, done)
+CHECKPOINT_DIR_VAR = "PARATRAIN_CHECKPOINT_DIR"
+CHECKPOINT_EVERY_VAR = "PARATRAIN_CHECKPOINT_EVERY"
+KEEP_VAR = "PARATRAIN_KEEP"
 # Variables that are paratrain's own settings rather than method options.
 RESERVED = {
     STRATEGY_VAR, TIMEOUT_VAR, NPROC_VAR, FAILURES_VAR, "PARATRAIN_HOME", "PARATRAIN_DEBUG", "PARATRAIN_METRICS",
+    CHECKPOINT_DIR_VAR, CHECKPOINT_EVERY_VAR, KEEP_VAR,
 }
 
 
@@ -38,6 +42,9 @@ class DistEnv:
     options: Mapping[str, str] = field(default_factory=dict)  # raw PARATRAIN_<OPTION> values, lower-cased keys
     timeout_s: float | None = None
     master: str | None = None
+    checkpoint_dir: str | None = None  # --checkpoint-dir: periodic checkpoints + resume after a restart
+    checkpoint_every: int | None = None
+    keep: int | None = None
 
     @classmethod
     def from_environ(cls, environ: Mapping[str, str] | None = None) -> DistEnv:
@@ -63,4 +70,7 @@ class DistEnv:
             options=options,
             timeout_s=float(timeout) if timeout else None,
             master=master,
+            checkpoint_dir=env.get(CHECKPOINT_DIR_VAR) or None,
+            checkpoint_every=int(env[CHECKPOINT_EVERY_VAR]) if env.get(CHECKPOINT_EVERY_VAR) else None,
+            keep=int(env[KEEP_VAR]) if env.get(KEEP_VAR) else None,
         )

@@ -9,17 +9,19 @@ from __future__ import annotations
 
 import atexit
 import sys
+from pathlib import Path
 from typing import Any, Literal
 
 import torch
 import torch.distributed as dist
 
 from paratrain import checkpoint, metrics
-from paratrain.console import user_print
+from paratrain.console import notice, user_print
 from paratrain.data import MicroBatch, ShardedLoader
 from paratrain.distenv import DistEnv
 from paratrain.errors import ConfigError, LaunchError
 from paratrain.progress import Progress
+from paratrain.resume import AutoCheckpoint
 from paratrain.strategies import _procgroup, registry
 from paratrain.strategies.base import BackwardSyncControl, Launcher, Strategy
 
@@ -31,7 +33,9 @@ class Session:
 
     ``grad_accum=K`` splits every global batch into K micro-batches per rank and steps the optimizer once per
     global batch, so K never changes the math. ``per_rank_batch=True`` reads the loader's batch_size as per rank.
-    ``seed`` seeds the (rank-identical) shuffle of a ``shuffle=True`` loader.
+    ``seed`` seeds the (rank-identical) shuffle of a ``shuffle=True`` loader. ``checkpoint_dir`` +
+    ``checkpoint_every`` save every N optimizer steps and resume from the newest complete checkpoint in ``prepare``
+    (keeping the newest ``keep``, default 2) — also set by ``paratrain run --checkpoint-dir/--checkpoint-every``.
     """
 
     def __init__(
@@ -41,6 +45,9 @@ class Session:
         grad_accum: int = 1,
         per_rank_batch: bool = False,
         seed: int = 0,
+        checkpoint_dir: str | None = None,
+        checkpoint_every: int | None = None,
+        keep: int | None = None,
     ) -> None:
         if grad_accum < 1:
             raise ConfigError(f"grad_accum={grad_accum} must be 1 or more")
@@ -55,6 +62,7 @@ class Session:
                 hint=f"run `paratrain run --strategy {spec} --nproc 2 {script}`",
             )
         self._strategy: Strategy = cls(options, self.env)
+        self._auto = _auto_checkpoint(self.env, checkpoint_dir, checkpoint_every, keep)
         self.grad_accum = grad_accum
         self.per_rank_batch = per_rank_batch
         self.seed = seed
@@ -114,6 +122,9 @@ class Session:
                 per_rank_batch=self.per_rank_batch, device=self.device, seed=self.seed,
                 on_micro_batch=self._on_micro_batch,
             )
+        if self._auto is not None and (latest := self._auto.latest()) is not None:
+            self.load(str(latest))  # a restarted job continues where its last complete checkpoint left it
+            notice(f"resumed from {latest} (step {self.step_count})")
         out: tuple = (model, optimizer, self._loader)
         return (*out, scheduler) if scheduler is not None else out
 
@@ -147,6 +158,10 @@ class Session:
             self._scheduler.step()
         self.step_count += 1
         self._progress.stepped(self.step_count)
+        if self._auto is not None and self._auto.due(self.step_count):
+            self.save(str(self._auto.path_for(self.step_count)))
+            if self.is_main:
+                self._auto.prune()
 
     # -- collectives and output -----------------------------------------------------------------------------
     def all_reduce(self, value: torch.Tensor | float, op: ReduceOp = "mean") -> torch.Tensor | float:
@@ -249,6 +264,25 @@ def _install_failure_hook() -> None:
 
     hook._paratrain = True  # type: ignore[attr-defined]
     sys.excepthook = hook
+
+
+def _auto_checkpoint(env: DistEnv, folder: str | None, every: int | None,
+                     keep: int | None) -> AutoCheckpoint | None:
+    """Periodic checkpoints from Session arguments or the launcher's --checkpoint-* flags; they must not disagree."""
+    for name, mine, theirs in (("checkpoint_dir", folder, env.checkpoint_dir),
+                               ("checkpoint_every", every, env.checkpoint_every), ("keep", keep, env.keep)):
+        if mine is not None and theirs is not None and str(mine) != str(theirs):
+            raise ConfigError(f"Session({name}={mine!r}) disagrees with the launcher's --{name.replace('_', '-')} "
+                              f"{theirs}", hint="set it in one place")
+    folder = folder or env.checkpoint_dir
+    every = every or env.checkpoint_every
+    keep = keep or env.keep or 2
+    if folder is None and every is None:
+        return None
+    if folder is None or every is None:
+        raise ConfigError("periodic checkpoints need both a directory and an interval",
+                          hint="give --checkpoint-dir DIR --checkpoint-every N (or both Session arguments)")
+    return AutoCheckpoint(Path(folder), every, keep)
 
 
 def _choose_spec(requested: str | None, env: DistEnv) -> str:

@@ -38,6 +38,11 @@ def run(
     max_restarts: int = typer.Option(None, "--max-restarts", help="Restart the whole job up to K times."),
     timeout: float = typer.Option(None, "--timeout",
                                   help="Seconds any collective may wait before a stuck rank becomes an error."),
+    checkpoint_dir: str = typer.Option(None, "--checkpoint-dir",
+                                       help="Save a Session script's state here every --checkpoint-every steps; "
+                                            "a restarted job (--max-restarts) resumes from the newest one."),
+    checkpoint_every: int = typer.Option(None, "--checkpoint-every", help="Optimizer steps between checkpoints."),
+    keep: int = typer.Option(None, "--keep", help="Newest periodic checkpoints to keep (default 2)."),
     stall_timeout: float = typer.Option(None, "--stall-timeout",
                                         help="Stop the job when a rank has waited this many seconds in a collective "
                                              "(a Session script's watchdog), naming the rank that left the "
@@ -55,7 +60,8 @@ def run(
         raise ConfigError("--json only applies to --dry-run", hint="add --dry-run, or drop --json")
     flags = {"strategy": strategy, "nproc": nproc, "nnodes": nnodes, "node_rank": node_rank, "master": master,
              "max_restarts": max_restarts, "timeout": timeout,
-             "stall_timeout": stall_timeout, "verbose": verbose,
+             "stall_timeout": stall_timeout, "checkpoint_dir": checkpoint_dir,
+             "checkpoint_every": checkpoint_every, "keep": keep, "verbose": verbose,
              "script": script, "args": list(args or [])}
     plan = build_plan(merge(load_config(config), flags))
     if dry_run:

@@ -27,6 +27,9 @@ class RunConfig:
     master: str | None = None  # HOST:PORT of node 0; None = local rendezvous on a free port
     max_restarts: int = 0
     timeout: float | None = None  # seconds for every collective
+    checkpoint_dir: str | None = None  # periodic checkpoints of a Session script, resumed after a restart
+    checkpoint_every: int | None = None  # optimizer steps between them
+    keep: int | None = None  # newest checkpoints kept (default 2)
     stall_timeout: float | None = None  # seconds a rank may wait in a collective before the watchdog stops the job
     verbose: bool = False
     script: str = ""
@@ -43,6 +46,16 @@ class RunConfig:
             raise ConfigError(f"--max-restarts {self.max_restarts} must be 0 or more")
         if self.timeout is not None and self.timeout <= 0:
             raise ConfigError(f"--timeout {self.timeout} must be a positive number of seconds")
+        if self.checkpoint_every is not None and self.checkpoint_every < 1:
+            raise ConfigError(f"--checkpoint-every {self.checkpoint_every} must be 1 or more")
+        if self.keep is not None and self.keep < 1:
+            raise ConfigError(f"--keep {self.keep} must be 1 or more")
+        if (self.checkpoint_dir is None) != (self.checkpoint_every is None):
+            raise ConfigError("--checkpoint-dir and --checkpoint-every go together",
+                              hint="e.g. --checkpoint-dir ckpt --checkpoint-every 100")
+        if self.checkpoint_dir is not None and Path(self.checkpoint_dir).exists() \
+                and not Path(self.checkpoint_dir).is_dir():
+            raise ConfigError(f"--checkpoint-dir {self.checkpoint_dir} is a file", hint="give a directory")
         if self.stall_timeout is not None and self.stall_timeout <= 0:
             raise ConfigError(f"--stall-timeout {self.stall_timeout} must be a positive number of seconds")
         if self.nnodes > 1 and not self.master:

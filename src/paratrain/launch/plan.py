@@ -20,7 +20,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from paratrain.console import notice
-from paratrain.distenv import FAILURES_VAR, NPROC_VAR, STRATEGY_VAR, TIMEOUT_VAR, option_var
+from paratrain.distenv import (
+    CHECKPOINT_DIR_VAR,
+    CHECKPOINT_EVERY_VAR,
+    FAILURES_VAR,
+    KEEP_VAR,
+    NPROC_VAR,
+    STRATEGY_VAR,
+    TIMEOUT_VAR,
+    option_var,
+)
 from paratrain.errors import ConfigError, LaunchError
 from paratrain.launch.config import RunConfig
 from paratrain.launch.watchdog import Watchdog, explain_timeout
@@ -85,6 +94,11 @@ def build_plan(config: RunConfig) -> LaunchPlan:
     env.update({option_var(k): v for k, v in options.to_strings().items()})
     if config.timeout:
         env[TIMEOUT_VAR] = f"{config.timeout:g}"
+    if config.checkpoint_dir:
+        env[CHECKPOINT_DIR_VAR] = str(Path(config.checkpoint_dir).resolve())
+        env[CHECKPOINT_EVERY_VAR] = str(config.checkpoint_every)
+        if config.keep:
+            env[KEEP_VAR] = str(config.keep)
     env.setdefault("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "1"))
 
     if info.launcher is Launcher.LOCAL:
@@ -107,6 +121,11 @@ def build_plan(config: RunConfig) -> LaunchPlan:
         raise ConfigError(f"--nproc {nproc} asks for more processes than the {gpus} visible GPUs",
                           hint=f"use --nproc {gpus} or fewer (one process per GPU)")
     env[NPROC_VAR] = str(nproc)
+    if config.max_restarts:
+        # torchrun's agent shares one TCPStore with the workers across restarts, so a restarted gloo group can
+        # read the dead attempt's addresses and hang or fail in connectFullMesh (half the restarts here). torch's
+        # own opt-out gives each attempt a fresh store.
+        env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     # Ctrl-C / SIGTERM: the workers get the signal, then SIGKILL after SHUTDOWN_GRACE_S (torchrun waits 30 s).
     argv = [f"--nproc-per-node={nproc}", f"--max-restarts={config.max_restarts}",
             f"--shutdown-timeout={SHUTDOWN_GRACE_S}"]
