@@ -23,7 +23,9 @@ class ParatrainError(Exception):
 
     def one_line(self) -> str:
         text = self.message.rstrip(".")
-        return f"{text}. HINT: {self.hint}" if self.hint else text
+        if not self.hint:
+            return text
+        return f"{text} HINT: {self.hint}" if text.endswith(("?", "!")) else f"{text}. HINT: {self.hint}"
 
 
 class UnknownStrategyError(ParatrainError):

@@ -8,6 +8,7 @@ weighting for uneven chunks and gradient accumulation, the optimizer-step counte
 from __future__ import annotations
 
 import atexit
+import os
 import sys
 from pathlib import Path
 from typing import Any, Literal
@@ -19,7 +20,7 @@ from paratrain import checkpoint, metrics
 from paratrain.console import notice, user_print
 from paratrain.data import MicroBatch, ShardedLoader
 from paratrain.distenv import DistEnv
-from paratrain.errors import ConfigError, LaunchError
+from paratrain.errors import ConfigError, LaunchError, ParatrainError
 from paratrain.progress import Progress
 from paratrain.resume import AutoCheckpoint
 from paratrain.strategies import _procgroup, registry
@@ -49,6 +50,7 @@ class Session:
         checkpoint_every: int | None = None,
         keep: int | None = None,
     ) -> None:
+        _install_failure_hook()
         if grad_accum < 1:
             raise ConfigError(f"grad_accum={grad_accum} must be 1 or more")
         self.env = DistEnv.from_environ()
@@ -75,10 +77,11 @@ class Session:
         self._scheduler: Any = None
         self._loader: ShardedLoader | None = None
         self._closed = False
+        self._used = {"model": True, "loader": True}  # did the script train with what prepare() returned?
+        self._checked_use = False
         self._strategy.setup()
         self._metrics = metrics.StepRecorder.from_env(self.rank)
         self._progress = Progress.from_env(self.rank)
-        _install_failure_hook()
         atexit.register(self.close)
 
     # -- identity -------------------------------------------------------------------------------------------
@@ -114,7 +117,11 @@ class Session:
         if self._model is not None:
             raise ConfigError("prepare() was already called on this Session", hint="call it once per Session")
         with self._progress.phase("session.prepare"):
-            model, optimizer = self._strategy.wrap(model, optimizer)
+            wrapped, optimizer = self._strategy.wrap(model, optimizer)
+        if wrapped is not model:  # DDP/DP wrappers: a forward through the user's own module would skip the sync
+            self._used["model"] = False
+            wrapped.register_forward_pre_hook(lambda *_: self._used.__setitem__("model", True))
+        model = wrapped
         self._model, self._optimizer, self._scheduler = model, optimizer, scheduler
         if loader is not None:
             self._loader = ShardedLoader(
@@ -122,6 +129,7 @@ class Session:
                 per_rank_batch=self.per_rank_batch, device=self.device, seed=self.seed,
                 on_micro_batch=self._on_micro_batch,
             )
+            self._used["loader"] = self.world_size == 1  # one process: the user's own loader is the same data
         if self._auto is not None and (latest := self._auto.latest()) is not None:
             self.load(str(latest))  # a restarted job continues where its last complete checkpoint left it
             notice(f"resumed from {latest} (step {self.step_count})")
@@ -129,11 +137,26 @@ class Session:
         return (*out, scheduler) if scheduler is not None else out
 
     def _on_micro_batch(self, micro: MicroBatch) -> None:
+        self._used["loader"] = True
         self._loss_weight = micro.weight
         self._micro_samples = len(micro.indices) if micro.weight else 0
         if self.grad_accum > 1 and isinstance(self._strategy, BackwardSyncControl) and self._model is not None:
             # Gradient sync is decided before forward (DDP), so it is set as the batch is handed out.
             self._strategy.set_grad_sync(self._model, micro.last)
+
+    def _check_prepared_objects_used(self) -> None:
+        """The first step: a script that prepared its model and loader but trains with the originals would have
+        every rank train the whole batch with no gradient sync — silently twice the work and a different result."""
+        self._checked_use = True
+        unused = [name for name, used in self._used.items() if not used]
+        if unused:
+            what = " and ".join(unused)
+            raise ConfigError(
+                f"the {what} returned by session.prepare() {'were' if len(unused) > 1 else 'was'} not used in the "
+                f"first step: every rank would train on its own, without the {self.strategy} sync",
+                hint="write `model, optimizer, loader = session.prepare(model, optimizer, loader)` and train with "
+                     "those names",
+            )
 
     def backward(self, loss: torch.Tensor) -> None:
         """Backward of this rank's (mean) loss, weighted so the synchronised gradient is the global-batch mean."""
@@ -150,6 +173,8 @@ class Session:
         self._micro_done = 0
         if self._optimizer is None:
             raise ConfigError("step() needs an optimizer", hint="pass it to session.prepare(model, optimizer)")
+        if not self._checked_use:
+            self._check_prepared_objects_used()
         with self._progress.phase("session.step"):
             self._strategy.step(self._optimizer)
         self._metrics.step_end(self.step_count + 1, self._model, self._optimizer)  # before grads are freed
@@ -253,14 +278,21 @@ def _differs(requested: str, env: DistEnv) -> bool:
 
 
 def _install_failure_hook() -> None:
-    """An uncaught exception must make close() skip its final barrier (the other ranks may wait on this one)."""
+    """An uncaught exception must make close() skip its final barrier (the other ranks may wait on this one).
+
+    A paratrain error that reaches the top of a script started with plain ``python`` (say, ``Session("ddp")``
+    without a launcher) is one line with its fix, not a traceback; ``PARATRAIN_DEBUG=1`` shows the traceback.
+    """
     previous = sys.excepthook
     if getattr(previous, "_paratrain", False):
         return
 
-    def hook(*args: Any) -> None:
+    def hook(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
         _procgroup.mark_failing()
-        previous(*args)
+        if isinstance(exc, ParatrainError) and os.environ.get("PARATRAIN_DEBUG") != "1":
+            print(f"paratrain: error: {exc.one_line()}", file=sys.stderr, flush=True)
+            return
+        previous(kind, exc, tb)
 
     hook._paratrain = True  # type: ignore[attr-defined]
     sys.excepthook = hook

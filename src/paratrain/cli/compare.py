@@ -82,6 +82,19 @@ def _out_dir(out: str | None, workload: str) -> Path:
     return Path("runs") / f"compare-{workload}-{stamp}"
 
 
+def _writable(folder: Path) -> None:
+    from paratrain.errors import ConfigError
+
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / ".paratrain-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        raise ConfigError(f"cannot write the results to {folder}: {exc.strerror or exc}",
+                          hint="choose a writable --out folder") from None
+
+
 def compare(
     workload: str = typer.Option("mlp", "--workload", "-w", help="Bundled workload: mlp (digits) or gpt (char LM)."),
     full: bool = typer.Option(False, "--full", help="Run both bundled workloads (mlp and gpt)."),
@@ -104,6 +117,7 @@ def compare(
     from paratrain.bench import report, store
     from paratrain.bench.compare import CompareSettings, run_compare
     from paratrain.errors import ConfigError
+    from paratrain.strategies import registry
 
     if full and script:
         raise ConfigError("--full runs the bundled workloads; it cannot be combined with --script")
@@ -111,6 +125,8 @@ def compare(
         raise ConfigError("--width/--depth size the bundled workloads; pass your script's own flags in --script-args")
     workloads = ["mlp", "gpt"] if full else [workload]
     specs = [s.strip() for s in strategies.split(",") if s.strip()] if strategies else None
+    for spec in specs or []:
+        registry.resolve(spec)  # a typo is one line now, not after an empty live table
     all_results = []
     interrupted = False
     for name in workloads:
@@ -120,7 +136,7 @@ def compare(
                                    width=width, depth=depth)
         folder = _out_dir(out_dir if len(workloads) == 1 else (f"{out_dir}/{name}" if out_dir else None),
                           "script" if script else name)
-        folder.mkdir(parents=True, exist_ok=True)
+        _writable(folder)
         if json_out:
             results = run_compare(settings, folder)
         else:

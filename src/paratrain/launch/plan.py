@@ -78,6 +78,20 @@ def _gpu_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+def _check_compiles(script: Path) -> None:
+    """A script that is not Python fails here, once, before any process starts (not once per rank)."""
+    try:
+        source = script.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read script {script}: {exc.strerror}") from None
+    try:
+        compile(source, str(script), "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as exc:
+        where = f" (line {exc.lineno})" if getattr(exc, "lineno", None) else ""
+        raise ConfigError(f"{script} is not a valid Python script{where}: {getattr(exc, 'msg', exc)}",
+                          hint="paratrain run starts Python training scripts; check the path and the file") from None
+
+
 def build_plan(config: RunConfig) -> LaunchPlan:
     cls, options = registry.resolve(config.strategy)
     registry.require_available(cls)
@@ -88,6 +102,7 @@ def build_plan(config: RunConfig) -> LaunchPlan:
     script = Path(config.script)
     if not script.is_file():
         raise ConfigError(f"script {script} does not exist", hint="give the path of your training script")
+    _check_compiles(script)
     info = registry.info(cls.method)
     spec = format_spec(cls.method, options)
     env = {STRATEGY_VAR: str(cls.method)}
