@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import pickle
 import random
 import shutil
 import warnings
@@ -21,6 +22,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.checkpoint.api import CheckpointException
 
 from paratrain.errors import CheckpointError
 from paratrain.strategies.base import Strategy
@@ -129,9 +131,14 @@ def save(path: str | os.PathLike, strategy: Strategy, model: torch.nn.Module,
             (tmp / META).write_text(json.dumps(meta, indent=2) + "\n")
             _fsync_tree(tmp)
             _swap_into_place(tmp, final)
-    except BaseException:
+    except BaseException as exc:
         if _rank() == 0:
             shutil.rmtree(tmp, ignore_errors=True)  # the previous checkpoint, if any, is untouched
+        if isinstance(exc, (OSError, CheckpointException)):  # disk full, quota, permissions
+            last = str(exc).strip().splitlines()[-1].strip() if str(exc).strip() else type(exc).__name__
+            kept = "; the previous checkpoint there is intact" if final.exists() else ""
+            raise CheckpointError(f"could not write checkpoint {final}: {last}{kept}",
+                                  hint="free disk space or save somewhere else") from None
         raise
     _barrier()
     return final
@@ -161,10 +168,57 @@ def read_meta(path: str | os.PathLike) -> dict[str, Any]:
     return data
 
 
+class _MetadataUnpickler(pickle.Unpickler):
+    """Reads DCP's ``.metadata`` pickle allowing only the classes a checkpoint index is made of.
+
+    torch.distributed.checkpoint reads that file with plain ``pickle.load``, which would run any code a crafted
+    file names; so paratrain reads it this way first, and refuses a file that names anything else.
+    """
+
+    _MODULES = ("torch.distributed.checkpoint.metadata", "torch.distributed.checkpoint.filesystem")
+    _NAMES = frozenset({("torch", "Size"), ("torch.serialization", "_get_layout"), ("collections", "OrderedDict"),
+                        ("pathlib", "PosixPath"), ("pathlib", "PurePosixPath"), ("pathlib", "WindowsPath"),
+                        ("pathlib", "PureWindowsPath")})
+
+    def find_class(self, module: str, name: str) -> Any:
+        ok = (module in self._MODULES and not name.startswith("__")) or (module, name) in self._NAMES
+        if module == "torch" and isinstance(getattr(torch, name, None), torch.dtype):
+            ok = True
+        if not ok:
+            raise pickle.UnpicklingError(f"{module}.{name} is not part of a checkpoint index")
+        return super().find_class(module, name)
+
+
 def _stored(folder: Path) -> dict[str, Any]:
     import torch.distributed.checkpoint as dcp
 
+    index = folder / ".metadata"
+    try:
+        with open(index, "rb") as fh:
+            _MetadataUnpickler(fh).load()
+    except pickle.UnpicklingError as exc:
+        raise CheckpointError(f"refusing to load {folder}: its index {index.name} could run code ({exc})",
+                              hint="load only checkpoints written by paratrain.Session.save") from None
+    except (OSError, EOFError, ValueError, AttributeError) as exc:
+        raise CheckpointError(f"checkpoint {folder} is damaged: cannot read {index.name} ({exc or type(exc).__name__})",
+                              hint="load an earlier checkpoint") from None
     return dcp.FileSystemReader(str(folder)).read_metadata().state_dict_metadata
+
+
+def _read(what: str, folder: Path, load: Any) -> Any:
+    """Run one read of a checkpoint; a damaged or unsafe file becomes a CheckpointError naming the checkpoint."""
+    try:
+        return load()
+    except pickle.UnpicklingError as exc:
+        lines = [ln.strip() for ln in str(exc).splitlines() if "Unsupported global" in ln]
+        why = f" ({lines[0].split(': ', 1)[-1]})" if lines else ""
+        raise CheckpointError(f"refusing to load {what} of {folder}: it holds objects that could run code{why}",
+                              hint="load only checkpoints written by paratrain.Session.save") from None
+    except (OSError, EOFError, RuntimeError, ValueError, CheckpointException) as exc:
+        # DCP wraps the per-rank error in a CheckpointException whose last line is the real one
+        last = str(exc).strip().splitlines()[-1].strip() if str(exc).strip() else type(exc).__name__
+        raise CheckpointError(f"checkpoint {folder} is damaged: cannot read {what} ({last})",
+                              hint="load an earlier checkpoint") from None
 
 
 def _check_compatible(folder: Path, expected: dict[str, Any]) -> None:
@@ -201,7 +255,7 @@ def load(path: str | os.PathLike, strategy: Strategy, model: torch.nn.Module,
     if optimizer is None:
         state.pop("optim", None)
     with _single_process_quiet():
-        dcp.load(state, checkpoint_id=str(folder))
+        _read("its model/optimizer shards", folder, lambda: dcp.load(state, checkpoint_id=str(folder)))
     strategy.load_state_dict(model, optimizer, state)
     if optimizer is not None and meta.get("optimizer_state") is False:
         optimizer.state.clear()  # saved before the first step: hyper-parameters restored, no step state
@@ -209,5 +263,5 @@ def load(path: str | os.PathLike, strategy: Strategy, model: torch.nn.Module,
     if not rng_file.exists():
         rng_file = folder / "rng" / "rank0.pt"
     if rng_file.exists():
-        _set_rng_state(torch.load(rng_file, weights_only=True))
-    return torch.load(folder / TRAINER, weights_only=True)
+        _set_rng_state(_read(f"rng/{rng_file.name}", folder, lambda: torch.load(rng_file, weights_only=True)))
+    return _read(TRAINER, folder, lambda: torch.load(folder / TRAINER, weights_only=True))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import typer
 
 from paratrain.cli._render import print_json
@@ -20,6 +22,11 @@ Examples:
   paratrain run --strategy ddp --nproc 2 train.py --lr 3e-4
   paratrain run -s fsdp:shard=grad_op -n 4 train.py
   paratrain run -s ddp --nnodes 2 --node-rank 0 --master node0:29500 train.py
+  srun --ntasks-per-node=1 paratrain run -s ddp -n 4 train.py   # nodes, rank, master from SLURM
+
+A stuck job never hangs silently: --timeout bounds every collective, --stall-timeout stops a job whose
+rank left the lock-step (and names it), --max-restarts with --checkpoint-dir/--checkpoint-every resumes
+a job after a worker dies from its newest complete checkpoint.
 """
 
 
@@ -43,6 +50,9 @@ def run(
                                             "a restarted job (--max-restarts) resumes from the newest one."),
     checkpoint_every: int = typer.Option(None, "--checkpoint-every", help="Optimizer steps between checkpoints."),
     keep: int = typer.Option(None, "--keep", help="Newest periodic checkpoints to keep (default 2)."),
+    rendezvous_timeout: int = typer.Option(None, "--rendezvous-timeout",
+                                           help="Seconds a node waits for the others (and for --master) to "
+                                                "join before it gives up (default: torchrun's, 600)."),
     stall_timeout: float = typer.Option(None, "--stall-timeout",
                                         help="Stop the job when a rank has waited this many seconds in a collective "
                                              "(a Session script's watchdog), naming the rank that left the "
@@ -53,17 +63,21 @@ def run(
     verbose: bool = typer.Option(None, "--verbose", "-v", help="Show torchrun's own logging."),
 ) -> None:
     from paratrain.errors import ConfigError
+
+    _import_torch_quietly(bool(verbose))
     from paratrain.launch import build_plan, execute, load_config
     from paratrain.launch.config import merge
+    from paratrain.launch.slurm import slurm_defaults
 
     if json_out and not dry_run:
         raise ConfigError("--json only applies to --dry-run", hint="add --dry-run, or drop --json")
     flags = {"strategy": strategy, "nproc": nproc, "nnodes": nnodes, "node_rank": node_rank, "master": master,
              "max_restarts": max_restarts, "timeout": timeout,
-             "stall_timeout": stall_timeout, "checkpoint_dir": checkpoint_dir,
+             "stall_timeout": stall_timeout, "rendezvous_timeout": rendezvous_timeout, "checkpoint_dir": checkpoint_dir,
              "checkpoint_every": checkpoint_every, "keep": keep, "verbose": verbose,
              "script": script, "args": list(args or [])}
-    plan = build_plan(merge(load_config(config), flags))
+    values = {**slurm_defaults(os.environ), **load_config(config)}  # a SLURM allocation < paratrain.toml < flags
+    plan = build_plan(merge(values, flags))
     if dry_run:
         info = {"config": plan.config.as_dict(), "strategy": plan.spec, "launcher": str(plan.launcher),
                 "nproc_per_node": plan.nproc, "world_size": plan.world_size, "env": plan.env,
@@ -78,6 +92,20 @@ def run(
             out.print(f"command        {info['command']}", markup=False)
         return
     execute(plan)
+
+
+def _import_torch_quietly(verbose: bool) -> None:
+    """The launcher's own torch logs only fatal C++ messages (a rendezvous retry would print a 50-frame stack);
+    the level is read once, when torch loads, so the workers — which inherit the environment — keep theirs."""
+    import sys
+
+    if verbose or "torch" in sys.modules or "TORCH_CPP_LOG_LEVEL" in os.environ:
+        return
+    os.environ["TORCH_CPP_LOG_LEVEL"] = "FATAL"
+    try:
+        import torch  # noqa: F401
+    finally:
+        del os.environ["TORCH_CPP_LOG_LEVEL"]
 
 
 def register(app: typer.Typer) -> None:

@@ -30,6 +30,7 @@ class RunConfig:
     checkpoint_dir: str | None = None  # periodic checkpoints of a Session script, resumed after a restart
     checkpoint_every: int | None = None  # optimizer steps between them
     keep: int | None = None  # newest checkpoints kept (default 2)
+    rendezvous_timeout: int | None = None  # seconds a node waits for the others to join (torchrun: 600/900)
     stall_timeout: float | None = None  # seconds a rank may wait in a collective before the watchdog stops the job
     verbose: bool = False
     script: str = ""
@@ -56,6 +57,8 @@ class RunConfig:
         if self.checkpoint_dir is not None and Path(self.checkpoint_dir).exists() \
                 and not Path(self.checkpoint_dir).is_dir():
             raise ConfigError(f"--checkpoint-dir {self.checkpoint_dir} is a file", hint="give a directory")
+        if self.rendezvous_timeout is not None and self.rendezvous_timeout < 1:
+            raise ConfigError(f"--rendezvous-timeout {self.rendezvous_timeout} must be 1 second or more")
         if self.stall_timeout is not None and self.stall_timeout <= 0:
             raise ConfigError(f"--stall-timeout {self.stall_timeout} must be a positive number of seconds")
         if self.nnodes > 1 and not self.master:

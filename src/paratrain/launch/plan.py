@@ -148,6 +148,8 @@ def build_plan(config: RunConfig) -> LaunchPlan:
         host, _, port = config.master.rpartition(":")
         argv += [f"--nnodes={config.nnodes}", f"--node-rank={config.node_rank}",
                  f"--master-addr={host}", f"--master-port={port}"]
+        if config.rendezvous_timeout:
+            argv += [f"--rdzv-conf=timeout={config.rendezvous_timeout}"]
     else:
         argv += ["--standalone"]
     argv += ["--module", "paratrain.launch.worker", str(script), *config.args]
@@ -213,9 +215,23 @@ def _run_torchrun(plan: LaunchPlan, notes: Path) -> None:
     except ChildFailedError as exc:
         _raise_first_failure(exc, notes, plan.world_size)
     except (DistError, RendezvousError) as exc:  # the job never formed: port taken, master unreachable
-        where = plan.config.master or "a local port"
-        raise LaunchError(f"could not start the job at {where}: {str(exc).strip().splitlines()[0]}",
-                          hint="check --master HOST:PORT (free on node 0, reachable from every node)") from None
+        raise _rendezvous_failure(plan.config, exc) from None
+
+
+def _rendezvous_failure(config: RunConfig, exc: Exception) -> LaunchError:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    where = config.master or "a local port"
+    if "EADDRINUSE" in str(exc) or "address already in use" in str(exc).lower():
+        return LaunchError(f"port {where.rpartition(':')[2]} of --master {where} is already in use on this machine; "
+                           "paratrain does not pick another because --master fixes it",
+                           hint="choose a free port in --master, or drop --master on one machine for a free one")
+    if "timed out" in text.lower() or "timeout" in text.lower():
+        waited = "node 0 at " + where if config.node_rank else f"the other {config.nnodes - 1} node(s) to join"
+        return LaunchError(f"node {config.node_rank} gave up waiting for {waited}: {text}",
+                           hint="start every node with the same --master HOST:PORT and --nnodes, check that the "
+                                "address is reachable; --rendezvous-timeout sets how long to wait")
+    return LaunchError(f"could not start the job at {where}: {text}",
+                       hint="check --master HOST:PORT (free on node 0, reachable from every node)")
 
 
 def _read_notes(notes: Path, kind: str) -> list[dict]:
