@@ -92,6 +92,24 @@ def _check_compiles(script: Path) -> None:
                           hint="paratrain run starts Python training scripts; check the path and the file") from None
 
 
+def _interface_towards(host: str) -> str | None:
+    """The network interface this machine would use to reach ``host`` (no packet is sent), or None."""
+    import socket
+
+    import psutil
+
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            sock.connect((socket.gethostbyname(host), 9))
+            local = sock.getsockname()[0]
+    except OSError:
+        return None
+    for name, addrs in psutil.net_if_addrs().items():
+        if any(a.family == socket.AF_INET and a.address == local for a in addrs):
+            return name
+    return None
+
+
 def build_plan(config: RunConfig) -> LaunchPlan:
     cls, options = registry.resolve(config.strategy)
     registry.require_available(cls)
@@ -150,6 +168,10 @@ def build_plan(config: RunConfig) -> LaunchPlan:
                  f"--master-addr={host}", f"--master-port={port}"]
         if config.rendezvous_timeout:
             argv += [f"--rdzv-conf=timeout={config.rendezvous_timeout}"]
+        if config.nnodes > 1 and not gpus and "GLOO_SOCKET_IFNAME" not in os.environ:
+            iface = _interface_towards(host)
+            if iface:  # else gloo binds to whatever the hostname resolves to, often unreachable from other nodes
+                env["GLOO_SOCKET_IFNAME"] = iface
     else:
         argv += ["--standalone"]
     argv += ["--module", "paratrain.launch.worker", str(script), *config.args]
