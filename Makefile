@@ -42,7 +42,7 @@ test: lint
 
 demo: $(VENV)/.all
 	$(VENV)/bin/paratrain gpus
-	OMP_NUM_THREADS=1 $(VENV)/bin/paratrain compare --out runs/demo
+	$(VENV)/bin/paratrain compare --out runs/demo
 	@echo "report: runs/demo/report.md (plots beside it); past runs: $(VENV)/bin/paratrain history"
 
 clean:

@@ -22,7 +22,6 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.distributed.checkpoint.api import CheckpointException
 
 from paratrain.errors import CheckpointError
 from paratrain.strategies.base import Strategy
@@ -134,7 +133,7 @@ def save(path: str | os.PathLike, strategy: Strategy, model: torch.nn.Module,
     except BaseException as exc:
         if _rank() == 0:
             shutil.rmtree(tmp, ignore_errors=True)  # the previous checkpoint, if any, is untouched
-        if isinstance(exc, (OSError, CheckpointException)):  # disk full, quota, permissions
+        if isinstance(exc, (OSError, _dcp_error())):  # disk full, quota, permissions
             last = str(exc).strip().splitlines()[-1].strip() if str(exc).strip() else type(exc).__name__
             kept = "; the previous checkpoint there is intact" if final.exists() else ""
             raise CheckpointError(f"could not write checkpoint {final}: {last}{kept}",
@@ -205,6 +204,14 @@ def _stored(folder: Path) -> dict[str, Any]:
     return dcp.FileSystemReader(str(folder)).read_metadata().state_dict_metadata
 
 
+def _dcp_error() -> type[Exception]:
+    """torch.distributed.checkpoint's error type, imported only when needed: the package pulls in DTensor (≈0.7 s
+    of start-up here) which single-process and DDP scripts never use otherwise."""
+    from torch.distributed.checkpoint.api import CheckpointException
+
+    return CheckpointException
+
+
 def _read(what: str, folder: Path, load: Any) -> Any:
     """Run one read of a checkpoint; a damaged or unsafe file becomes a CheckpointError naming the checkpoint."""
     try:
@@ -214,7 +221,7 @@ def _read(what: str, folder: Path, load: Any) -> Any:
         why = f" ({lines[0].split(': ', 1)[-1]})" if lines else ""
         raise CheckpointError(f"refusing to load {what} of {folder}: it holds objects that could run code{why}",
                               hint="load only checkpoints written by paratrain.Session.save") from None
-    except (OSError, EOFError, RuntimeError, ValueError, CheckpointException) as exc:
+    except (OSError, EOFError, RuntimeError, ValueError, _dcp_error()) as exc:
         # DCP wraps the per-rank error in a CheckpointException whose last line is the real one
         last = str(exc).strip().splitlines()[-1].strip() if str(exc).strip() else type(exc).__name__
         raise CheckpointError(f"checkpoint {folder} is damaged: cannot read {what} ({last})",

@@ -84,7 +84,8 @@ class StepRecorder:
         if self._last is None:
             self._last = time.perf_counter()
         if not self._state_written:
-            self.write({"state_bytes": state_bytes(model, optimizer)})
+            # The thread count the process really trains with, read here rather than trusted from the launcher.
+            self.write({"state_bytes": state_bytes(model, optimizer), "threads": torch.get_num_threads()})
             self._state_written = True
         now = time.perf_counter()
         self.write({"step": step, "t": time.time(), "dt": now - self._last, "loss": self._loss,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import sqlite3
 from pathlib import Path
 
@@ -45,6 +46,13 @@ def test_results_schema_and_equivalence(mlp_run):
         assert cell["loss_max_abs_diff"] is not None and cell["loss_max_abs_diff"] <= 1e-5
         assert len(cell["losses"]) == 12 and 0 < cell["extra"]["accuracy"] <= 1
     assert results["reference"] == "ddp×1"
+    # Every cell gets the whole machine, whatever OMP_NUM_THREADS the test environment sets (1): the thread count
+    # each worker reported equals the cores divided by the cell's processes.
+    cores = len(os.sched_getaffinity(0))
+    assert results["env"]["cores"] == cores
+    for key in ("ddp×1", "ddp×2", "fsdp×1", "fsdp×2"):
+        assert cells[key]["threads_per_process"] == max(1, cores // cells[key]["nproc"]), cells[key]
+        assert cells[key]["oversubscribed"] is (cells[key]["nproc"] > cores)
     # FSDP over 2 ranks holds half the model state of DDP on each rank.
     assert cells["fsdp×2"]["state_bytes"][0] < 0.6 * cells["ddp×2"]["state_bytes"][0]
 

@@ -176,3 +176,14 @@ def test_a_simpler_method_within_noise_of_the_fastest_wins():
     results = sample_results(cell_changes={"ddp×1": {"samples_per_s": 1200.0}, "ddp×2": {"samples_per_s": 900.0},
                                            "fsdp×2": {"samples_per_s": 800.0}})
     assert recommend(results)["winner"] == "ddp×1"
+
+
+def test_threads_are_shown_and_an_oversubscribed_cell_is_flagged_in_table_and_words():
+    results = sample_results({"single×1": {"threads_per_process": 2},
+                              "ddp×2": {"threads_per_process": 1, "oversubscribed": True}})
+    results["env"]["cores"] = 1
+    text = _render(results_table(results))
+    assert "2 × 1 oversubscribed" in text and "1 × 2" in text
+    lines = recommend(results)["lines"]
+    assert "ddp×2 ran oversubscribed (2 processes × 1 thread(s) on 1 cores)" in "\n".join(lines)
+    assert "oversubscribed" not in _render(results_table(sample_results()))  # older results: no thread column data

@@ -32,3 +32,27 @@ def test_an_abort_after_the_script_finished_is_reported_as_such(tmp_path):
     assert proc.returncode == 134, proc.stderr
     assert "rank 1 done" in proc.stdout
     assert "killed by SIGABRT after its script had finished" in proc.stderr.strip().splitlines()[-1]
+
+
+@pytest.mark.parametrize(("body", "code", "words"), [
+    ("import os\nos.abort()\n", 134, "the single process failed (exit code 134, killed by SIGABRT); its output"),
+    ("import atexit, os\natexit.register(os.abort)\n", 134, "killed by SIGABRT after its script had finished"),
+])
+def test_one_process_methods_report_a_signal_death_by_name(tmp_path, body, code, words):
+    """single/dp run in a fork of the launcher, which survives the script's crash to say what happened."""
+    script = tmp_path / "crash.py"
+    script.write_text(body)
+    proc = paratrain("run", "-s", "single", str(script), timeout=120)
+    assert proc.returncode == code, proc.stderr
+    assert words in proc.stderr.strip().splitlines()[-1]
+
+
+def test_one_process_methods_run_atexit_handlers_and_keep_the_exit_code(tmp_path):
+    script = tmp_path / "leave.py"
+    script.write_text("import atexit, sys\natexit.register(lambda: open(sys.argv[1], 'w').write('ran'))\n"
+                      "sys.exit(int(sys.argv[2]))\n")
+    check(paratrain("run", "-s", "single", str(script), str(tmp_path / "a"), "0"))
+    assert (tmp_path / "a").read_text() == "ran"
+    proc = paratrain("run", "-s", "single", str(script), str(tmp_path / "b"), "7")
+    assert proc.returncode == 7 and (tmp_path / "b").read_text() == "ran"
+    assert "the single process failed (exit code 7)" in proc.stderr

@@ -61,16 +61,17 @@ def test_main_rank_evaluating_alone_under_fsdp_is_named(tmp_path, flag):
     assert took < 70
 
 
-def test_ctrl_c_stops_every_process_within_seconds_with_one_line(tmp_path):
+@pytest.mark.parametrize(("strategy", "nproc"), [("ddp", 2), ("single", 1)])
+def test_ctrl_c_stops_every_process_within_seconds_with_one_line(tmp_path, strategy, nproc):
     pids = tmp_path / "pids"
     pids.mkdir()
-    proc = subprocess.Popen([sys.executable, "-m", "paratrain.cli.main", "run", "-s", "ddp", "-n", "2",
+    proc = subprocess.Popen([sys.executable, "-m", "paratrain.cli.main", "run", "-s", strategy, "-n", str(nproc),
                              str(SCRIPTS / "wait_forever.py"), str(pids)], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, cwd=ROOT, env=worker_env())
     deadline = time.monotonic() + 90
-    while len(list(pids.iterdir())) < 2 and time.monotonic() < deadline:
+    while len(list(pids.iterdir())) < nproc and time.monotonic() < deadline:
         time.sleep(0.2)
-    assert len(list(pids.iterdir())) == 2, "workers did not start"
+    assert len(list(pids.iterdir())) == nproc, "workers did not start"
     time.sleep(1)
     proc.send_signal(signal.SIGINT)
     start = time.monotonic()

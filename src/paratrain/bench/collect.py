@@ -33,7 +33,7 @@ def summarize(folder: Path, *, warmup: int, launch_time: float, tokens_per_sampl
     """Aggregate over ranks: a step takes as long as its slowest rank; the global loss is the mean of rank shares."""
     ranks = read_rank_files(folder)
     steps: dict[int, list[dict[str, Any]]] = {}
-    peak, cuda_peak, state, logged = [], [], [], {}
+    peak, cuda_peak, state, threads, logged = [], [], [], [], {}
     for rank in sorted(ranks):
         rank_peak = rank_cuda = rank_state = None
         for rec in ranks[rank]:
@@ -41,6 +41,8 @@ def summarize(folder: Path, *, warmup: int, launch_time: float, tokens_per_sampl
                 steps.setdefault(rec["step"], []).append(rec)
             elif "state_bytes" in rec:
                 rank_state = rec["state_bytes"]["total"]
+                if "threads" in rec:
+                    threads.append(rec["threads"])
             elif rec.get("summary"):
                 rank_peak = rec.get("peak_rss_bytes")
                 rank_cuda = rec.get("cuda_max_allocated_bytes")
@@ -59,6 +61,7 @@ def summarize(folder: Path, *, warmup: int, launch_time: float, tokens_per_sampl
     out: dict[str, Any] = {
         "steps_done": len(complete), "losses": losses, "step_times_s": timed,
         "state_bytes": state, "extra": {k: v for k, v in logged.items() if k != "final_loss"},
+        "threads_per_process": max(threads) if threads else None,  # as the workers reported it
     }
     use_cuda = any(v is not None for v in cuda_peak)
     out["peak_mem_bytes"] = cuda_peak if use_cuda else peak

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from paratrain import __version__
 from paratrain.bench.runner import CellSpec, run_cell
 from paratrain.errors import ConfigError
+from paratrain.launch.threads import available_cores
 from paratrain.strategies import registry
 from paratrain.strategies.base import Launcher, format_spec
 
@@ -131,7 +132,7 @@ def environment() -> dict[str, Any]:
     from paratrain.devices.inventory import collect
 
     return {"python": platform.python_version(), "torch": torch.__version__, "platform": platform.platform(),
-            "hostname": socket.gethostname(), "inventory": collect().to_json()}
+            "hostname": socket.gethostname(), "inventory": collect().to_json(), "cores": available_cores()}
 
 
 def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -218,6 +219,8 @@ def finalize(results: dict[str, Any]) -> None:
         for key in ("samples_per_s", "tokens_per_s", "step_time_median_s", "step_time_p90_s", "startup_s",
                     "wall_s", "final_loss", "comm_share", "scaling_efficiency", "loss_max_abs_diff"):
             cell.setdefault(key, None)
+        cell.setdefault("threads_per_process", None)
+        cell.setdefault("oversubscribed", False)
         for key in ("peak_mem_bytes", "state_bytes", "losses", "step_times_s"):
             cell.setdefault(key, [])
         cell.setdefault("extra", {})

@@ -23,12 +23,12 @@ TOLERANCE = 1e-5  # max |Δloss| above this: the cell is not training the same m
 MIB = 1 << 20
 WINNER_MARK = "★"
 DASH = "—"
-COLUMNS = ("method", "procs", "samples/s", "step ms median/p90", "start-up s", "peak mem/rank MiB",
+COLUMNS = ("method", "procs × threads", "samples/s", "step ms median/p90", "start-up s", "peak mem/rank MiB",
            "state/rank MiB", "scaling eff", "final loss / quality", "max |Δloss|", "status")
 CSV_FIELDS = ("key", "strategy", "nproc", "status", "samples_per_s", "tokens_per_s", "step_time_median_s",
               "step_time_p90_s", "startup_s", "wall_s", "peak_mem_bytes_max", "peak_mem_kind", "state_bytes_max",
               "comm_share", "scaling_efficiency", "final_loss", "loss_max_abs_diff", "equivalent", "winner",
-              "error", "log")
+              "threads_per_process", "oversubscribed", "error", "log")
 
 
 def _ok(cell: dict[str, Any]) -> bool:
@@ -128,6 +128,13 @@ def _simplest_of_the_fastest(candidates: list[dict[str, Any]], ref_key: str | No
     return min(close, key=lambda c: (c.get("nproc", 1), c["key"] != ref_key, -(_sps(c) or 0.0)))
 
 
+def _oversubscribed_line(cell: dict[str, Any], results: dict[str, Any]) -> str:
+    cores = (results.get("env") or {}).get("cores")
+    on = f" on {cores} cores" if cores else ""
+    return (f"{cell['key']} ran oversubscribed ({cell['nproc']} processes × {cell.get('threads_per_process')} "
+            f"thread(s){on}): its processes took turns, so its speed says little about a machine with a core each.")
+
+
 def recommend(results: dict[str, Any]) -> dict[str, Any]:
     """``{"winner": key or None, "lines": [...]}``: the fastest ok cell whose losses match the reference (or were
     not compared), and one sentence per cell saying how it compares, grounded in the measured numbers."""
@@ -154,6 +161,7 @@ def recommend(results: dict[str, Any]) -> dict[str, Any]:
     if win is not None:
         lines += _memory_lines(ok, win)
     lines += [f"{c['key']} {c.get('status')}: {c.get('error') or 'no reason recorded'}" for c in cells if not _ok(c)]
+    lines += [_oversubscribed_line(c, results) for c in ok if c.get("oversubscribed")]
     if len(cells) == 1:
         lines.append(f"Only one method ran ({cells[0]['key']}); pass more with --strategies to compare.")
     return {"winner": win["key"] if win else None, "lines": lines}
@@ -188,7 +196,7 @@ def _row(cell: dict[str, Any], winner: str | None, ref_key: str | None) -> list[
     eff = cell.get("scaling_efficiency")
     return [
         f"{WINNER_MARK} {cell['key']}" if cell["key"] == winner else cell["key"],
-        str(cell.get("nproc", "")),
+        _procs(cell),
         _num(cell.get("samples_per_s"), ",.1f"),
         DASH if med is None else f"{_ms(med)}/{_ms(p90)}",
         _num(cell.get("startup_s"), ".1f"),
@@ -198,6 +206,14 @@ def _row(cell: dict[str, Any], winner: str | None, ref_key: str | None) -> list[
         _num(cell.get("final_loss"), ".4g") + _quality(cell),
         _diff_text(cell, ref_key),
     ]
+
+
+def _procs(cell: dict[str, Any]) -> str:
+    """"2 × 1": processes × CPU threads each (older results have no thread count); flagged when oversubscribed."""
+    text = str(cell.get("nproc", ""))
+    if cell.get("threads_per_process"):
+        text += f" × {cell['threads_per_process']}"
+    return text + (" oversubscribed" if cell.get("oversubscribed") else "")
 
 
 def _quality(cell: dict[str, Any]) -> str:
@@ -280,7 +296,16 @@ def _settings_md(results: dict[str, Any]) -> list[str]:
             f"- Processes: {', '.join(map(str, s.get('nproc') or []))}",
             f"- Steps: {s.get('steps')} (the first {s.get('warmup')} are warm-up, not timed), "
             f"repeat {s.get('repeat')}",
-            f"- Scaling: {s.get('scaling')}, global batch {s.get('global_batch')}{tokens}"]
+            f"- Scaling: {s.get('scaling')}, global batch {s.get('global_batch')}{tokens}",
+            f"- CPU threads: {_threads_text(results)}"]
+
+
+def _threads_text(results: dict[str, Any]) -> str:
+    cores = (results.get("env") or {}).get("cores")
+    if not cores:
+        return "not recorded"
+    return (f"every cell gets the same machine: its processes together use the {cores} cores this run may use "
+            "(threads per process = cores / processes, as each worker reported it in the table)")
 
 
 def _env_md(results: dict[str, Any]) -> list[str]:

@@ -42,11 +42,22 @@ def _global(
         os.environ["PARATRAIN_DEBUG"] = "1"  # launched workers show full tracebacks too
 
 
-def _register() -> None:
-    from paratrain.cli import compare, doctor, gpus, history, run, strategies
+COMMANDS = {"gpus": "gpus", "doctor": "doctor", "strategies": "strategies", "run": "run", "compare": "compare",
+            "history": "history", "report": "history"}  # command -> the cli module that registers it
+_registered: set[str] = set()
 
-    for module in (gpus, doctor, strategies, run, compare, history):
-        module.register(app)
+
+def _register(args: list[str]) -> None:
+    """Import only the module of the command being run (all of them for --help or a typo): `paratrain run` starts
+    a training job, and every module it does not need is start-up time the job pays."""
+    import importlib
+
+    first = next((a for a in args if not a.startswith("-")), None)
+    wanted = [COMMANDS[first]] if first in COMMANDS else list(dict.fromkeys(COMMANDS.values()))
+    for name in wanted:
+        if name not in _registered:
+            importlib.import_module(f"paratrain.cli.{name}").register(app)
+            _registered.add(name)
 
 
 def _fail(text: str, code: int) -> int:
@@ -56,10 +67,12 @@ def _fail(text: str, code: int) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    _register()
+    _register(args)
     command = typer.main.get_command(app)
     try:
         rv = command.main(args=args, prog_name="paratrain", standalone_mode=False)
+        if callable(rv):  # a command that launches a job returns it, to run here with a short call stack
+            rv = rv()
     except typer.Exit as exc:
         return exc.exit_code
     except typer.TyperException as exc:  # usage errors: unknown command, unknown flag, bad value

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 
 import typer
 
@@ -60,11 +61,13 @@ def run(
     config: str = typer.Option(None, "--config", help="TOML file with these options (default ./paratrain.toml)."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the resolved options and command; run nothing."),
     json_out: bool = typer.Option(False, "--json", help="With --dry-run: print the plan as JSON."),
+    threads: int = typer.Option(None, "--threads",
+                                help="CPU threads per process (OpenMP and torch intra-op). Default: "
+                                     "OMP_NUM_THREADS if set, else the cores this job may use divided by the "
+                                     "processes per node (1 per process with GPUs, as torchrun does)."),
     verbose: bool = typer.Option(None, "--verbose", "-v", help="Show torchrun's own logging."),
-) -> None:
+) -> Callable[[], int] | None:
     from paratrain.errors import ConfigError
-
-    _import_torch_quietly(bool(verbose))
     from paratrain.launch import build_plan, execute, load_config
     from paratrain.launch.config import merge
     from paratrain.launch.slurm import slurm_defaults
@@ -74,24 +77,45 @@ def run(
     flags = {"strategy": strategy, "nproc": nproc, "nnodes": nnodes, "node_rank": node_rank, "master": master,
              "max_restarts": max_restarts, "timeout": timeout,
              "stall_timeout": stall_timeout, "rendezvous_timeout": rendezvous_timeout, "checkpoint_dir": checkpoint_dir,
-             "checkpoint_every": checkpoint_every, "keep": keep, "verbose": verbose,
+             "checkpoint_every": checkpoint_every, "keep": keep, "threads": threads, "verbose": verbose,
              "script": script, "args": list(args or [])}
     values = {**slurm_defaults(os.environ), **load_config(config)}  # a SLURM allocation < paratrain.toml < flags
-    plan = build_plan(merge(values, flags))
+    settings = merge(values, flags)
+    if _launches_torchrun(settings.strategy):
+        _import_torch_quietly(bool(settings.verbose))
+    plan = build_plan(settings)
     if dry_run:
         info = {"config": plan.config.as_dict(), "strategy": plan.spec, "launcher": str(plan.launcher),
                 "nproc_per_node": plan.nproc, "world_size": plan.world_size, "env": plan.env,
+                "threads_per_process": plan.threads.threads if plan.threads else None,
+                "threads_reason": plan.threads.reason if plan.threads else None,
                 "command": plan.command_line()}
         if json_out:
             print_json(info)
         else:
             for key in ("strategy", "launcher", "nproc_per_node", "world_size"):
                 out.print(f"{key:15} {info[key]}", markup=False)
+            if plan.threads is not None:
+                out.print(f"{'threads':15} {plan.threads.threads} per process ({plan.threads.reason})", markup=False)
             for key, value in plan.config.as_dict().items():
                 out.print(f"{key:15} {value}", markup=False)
             out.print(f"command        {info['command']}", markup=False)
         return
-    execute(plan)
+    # Run the job once the command line is parsed, from main() rather than from inside click's call stack:
+    # torchrun's rendezvous calls inspect.stack() for every event it logs, and each extra frame costs start-up.
+    return lambda: execute(plan)
+
+
+def _launches_torchrun(spec: str) -> bool:
+    """Whether this method starts worker processes (so the launcher's own torch logs are its own)."""
+    from paratrain.errors import ParatrainError
+    from paratrain.strategies import registry
+    from paratrain.strategies.base import Launcher, parse_spec
+
+    try:
+        return registry.info(parse_spec(spec)[0]).launcher is not Launcher.LOCAL
+    except ParatrainError:
+        return False  # build_plan reports the bad spec
 
 
 def _import_torch_quietly(verbose: bool) -> None:

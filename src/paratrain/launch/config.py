@@ -32,6 +32,7 @@ class RunConfig:
     keep: int | None = None  # newest checkpoints kept (default 2)
     rendezvous_timeout: int | None = None  # seconds a node waits for the others to join (torchrun: 600/900)
     stall_timeout: float | None = None  # seconds a rank may wait in a collective before the watchdog stops the job
+    threads: int | None = None  # CPU threads per process; None = launch/threads.py's policy
     verbose: bool = False
     script: str = ""
     args: list[str] = field(default_factory=list)
@@ -61,6 +62,8 @@ class RunConfig:
             raise ConfigError(f"--rendezvous-timeout {self.rendezvous_timeout} must be 1 second or more")
         if self.stall_timeout is not None and self.stall_timeout <= 0:
             raise ConfigError(f"--stall-timeout {self.stall_timeout} must be a positive number of seconds")
+        if self.threads is not None and self.threads < 1:
+            raise ConfigError(f"--threads {self.threads} must be 1 or more")
         if self.nnodes > 1 and not self.master:
             raise ConfigError(f"--nnodes {self.nnodes} needs --master HOST:PORT (the address of node 0)",
                               hint="e.g. --master 10.0.0.1:29500 on every node")

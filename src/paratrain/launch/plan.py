@@ -1,7 +1,8 @@
 """Turn a RunConfig into a concrete launch (torchrun arguments or one local process) and run it.
 
 torch methods go through ``torch.distributed.run`` called in-process (rendezvous, restarts, per-rank error files are
-torchrun's); single and dp run as one plain process. The worker sees the method only through ``PARATRAIN_*``
+torchrun's); single and dp run the script in a fork of the launcher (one torch import: as fast to start as
+``python train.py``; see :mod:`paratrain.launch.local`). The worker sees the method only through ``PARATRAIN_*``
 variables, so the user's script never changes.
 """
 
@@ -12,7 +13,6 @@ import logging
 import os
 import shlex
 import signal
-import subprocess
 import sys
 import tempfile
 import time
@@ -32,6 +32,7 @@ from paratrain.distenv import (
 )
 from paratrain.errors import ConfigError, LaunchError
 from paratrain.launch.config import RunConfig
+from paratrain.launch.threads import ThreadChoice, choose_threads
 from paratrain.launch.watchdog import Watchdog, explain_timeout
 from paratrain.strategies import registry
 from paratrain.strategies.base import Launcher, format_spec
@@ -57,6 +58,7 @@ class LaunchPlan:
     nproc: int
     env: dict[str, str] = field(default_factory=dict)  # added to the workers' environment
     argv: list[str] = field(default_factory=list)  # torchrun arguments, or the local command
+    threads: ThreadChoice | None = None  # CPU threads per process, and why
 
     @property
     def world_size(self) -> int:
@@ -132,7 +134,6 @@ def build_plan(config: RunConfig) -> LaunchPlan:
         env[CHECKPOINT_EVERY_VAR] = str(config.checkpoint_every)
         if config.keep:
             env[KEEP_VAR] = str(config.keep)
-    env.setdefault("OMP_NUM_THREADS", os.environ.get("OMP_NUM_THREADS", "1"))
 
     if info.launcher is Launcher.LOCAL:
         if (config.nproc or 1) > 1 or config.nnodes > 1:
@@ -142,9 +143,12 @@ def build_plan(config: RunConfig) -> LaunchPlan:
                 hint=f"use --strategy ddp --nproc {config.nproc or 2} for several processes",
             )
         env[NPROC_VAR] = "1"
-        # Through the same worker as torchrun's processes: one-line errors, failure notes, same exit codes.
+        threads = choose_threads(1, requested=config.threads)
+        env["OMP_NUM_THREADS"] = str(threads.threads)
+        # The same worker code as torchrun's processes (one-line errors, same exit codes), in a fork of this
+        # process (launch/local.py); this command is what it amounts to.
         argv = [sys.executable, "-m", "paratrain.launch.worker", str(script), *config.args]
-        return LaunchPlan(config, spec, info.launcher, 1, env, argv)
+        return LaunchPlan(config, spec, info.launcher, 1, env, argv, threads)
     if info.launcher is not Launcher.TORCHRUN:
         raise ConfigError(f"{cls.method} is launched by {info.launcher}, which this version cannot start yet")
 
@@ -154,6 +158,8 @@ def build_plan(config: RunConfig) -> LaunchPlan:
         raise ConfigError(f"--nproc {nproc} asks for more processes than the {gpus} visible GPUs",
                           hint=f"use --nproc {gpus} or fewer (one process per GPU)")
     env[NPROC_VAR] = str(nproc)
+    threads = choose_threads(nproc, gpus=gpus, requested=config.threads)
+    env["OMP_NUM_THREADS"] = str(threads.threads)
     if config.max_restarts:
         # torchrun's agent shares one TCPStore with the workers across restarts, so a restarted gloo group can
         # read the dead attempt's addresses and hang or fail in connectFullMesh (half the restarts here). torch's
@@ -175,7 +181,7 @@ def build_plan(config: RunConfig) -> LaunchPlan:
     else:
         argv += ["--standalone"]
     argv += ["--module", "paratrain.launch.worker", str(script), *config.args]
-    return LaunchPlan(config, spec, info.launcher, nproc, env, argv)
+    return LaunchPlan(config, spec, info.launcher, nproc, env, argv, threads)
 
 
 def _quiet_torchrun(verbose: bool) -> None:
@@ -188,7 +194,6 @@ def _quiet_torchrun(verbose: bool) -> None:
 def execute(plan: LaunchPlan) -> int:
     """Run the plan; returns 0, or raises LaunchError carrying the failing rank's exit code."""
     os.environ.update(plan.env)
-    start = time.perf_counter()
     with tempfile.TemporaryDirectory(prefix="paratrain-notes-") as notes:
         os.environ[FAILURES_VAR] = notes
         try:
@@ -200,12 +205,26 @@ def execute(plan: LaunchPlan) -> int:
             os.environ.pop(FAILURES_VAR, None)
     where = "GPU" if _gpu_count() else "CPU"
     notice(f"{plan.spec} × {plan.world_size} process{'es' if plan.world_size > 1 else ''} ({where}) "
-           f"finished in {time.perf_counter() - start:.1f} s")
+           f"finished in {time.time() - _process_start():.1f} s")
     return 0
 
 
+def _process_start() -> float:
+    """When this launcher started (the wall time a user sees includes start-up, not just the training)."""
+    import psutil
+
+    return psutil.Process().create_time()
+
+
 def _run_local(plan: LaunchPlan, notes: Path) -> None:
-    code = subprocess.call(plan.argv)
+    from paratrain.launch.local import run_script
+
+    # The launcher imported torch before choosing the count, so the script's process sets it — unless it is the
+    # user's own OMP_NUM_THREADS, which torch already read at import exactly as under `python train.py`.
+    threads = plan.threads.threads if plan.threads and not plan.threads.from_environment else None
+    code, interrupted = run_script(plan.config.script, list(plan.config.args), threads, plan.argv)
+    if interrupted or code == 128 + signal.SIGINT:
+        raise Interrupted(signal.SIGINT)
     if code != 0:
         what = f"exit code {_exit_code(code)}"
         if code < 0:

@@ -35,11 +35,8 @@ from paratrain.distenv import FAILURES_VAR, TIMEOUT_VAR
 
 
 @record
-def _run_script() -> None:
-    if len(sys.argv) < 2:
-        raise SystemExit("usage: python -m paratrain.launch.worker SCRIPT [ARGS...]")
-    script = sys.argv[1]
-    sys.argv = sys.argv[1:]
+def _run_script(script: str, args: list[str]) -> None:
+    sys.argv = [script, *args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     runpy.run_path(script, run_name="__main__")
 
@@ -88,7 +85,7 @@ def _leave_process_group() -> None:
         _procgroup.leave(float(timeout) if timeout else None)
 
 
-def _finish(code: int) -> NoReturn:
+def _wind_down(code: int) -> int:
     """Leave as the interpreter would, minus finalization (where gloo can abort a process whose work is done)."""
     if code == 0:
         _note("done", {})
@@ -96,10 +93,14 @@ def _finish(code: int) -> NoReturn:
         _join_threads()
     atexit._run_exitfuncs()  # the script's handlers and the Session's close(), in the usual order
     _leave_process_group()
+    _flush()
+    return code
+
+
+def _flush() -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
-    os._exit(code)
 
 
 _interrupted = False
@@ -107,50 +108,64 @@ _interrupted = False
 
 def _on_sigint(signum: int, frame: object) -> None:
     global _interrupted
+    if _interrupted:  # a second Ctrl-C, or the launcher forwarding the first: already stopping
+        return
     _interrupted = True
     raise KeyboardInterrupt
 
 
-def _stop_quietly() -> NoReturn:
+def _stop_quietly() -> int:
     """Ctrl-C (forwarded by the launcher): the launcher says so in one line; no traceback from every rank."""
     from paratrain.strategies import _procgroup
 
     _procgroup.mark_failing()
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
-    os._exit(128 + signal.SIGINT)
+    _flush()
+    return 128 + signal.SIGINT
 
 
-def main() -> None:
-    """A ParatrainError (a user mistake, e.g. a bad option) is one line per rank, not a traceback."""
+def run(script: str, args: list[str]) -> int:
+    """Run SCRIPT in this process as a worker; returns its exit code once everything the script started is wound
+    down. The caller must then leave with ``os._exit`` (see the module docstring): one-process methods call this
+    from the launcher's own process, so the script does not pay a second interpreter and torch import.
+
+    A ParatrainError (a user mistake, e.g. a bad option) is one line per rank, not a traceback.
+    """
     from paratrain.errors import ParatrainError
 
+    global _interrupted
+    _interrupted = False
     signal.signal(signal.SIGINT, _on_sigint)
     try:
-        _run_script()
+        _run_script(script, args)
     except ParatrainError as exc:
         _note_failure(exc.one_line())
         if os.environ.get("PARATRAIN_DEBUG") == "1":
             traceback.print_exc()
         rank = os.environ.get("RANK", "0")
         print(f"paratrain: error (rank {rank}): {exc.one_line()}", file=sys.stderr, flush=True)
-        _finish(exc.exit_code)
+        return _wind_down(exc.exit_code)
     except SystemExit as exc:
         code = _exit_code_of(exc)
         if code != 0:
             _note_failure(f"exited with {code}")
-        _finish(code)
+        return _wind_down(code)
     except KeyboardInterrupt:
-        _stop_quietly()
+        return _stop_quietly()
     except Exception as exc:
         if _interrupted:  # an echo of the interrupt (a peer that stopped first): not a failure of its own
-            _stop_quietly()
+            return _stop_quietly()
         last = str(exc).strip().splitlines()[-1] if str(exc).strip() else ""
         _note_failure(f"{type(exc).__name__}: {last}" if last else type(exc).__name__)
         sys.excepthook(type(exc), exc, exc.__traceback__)  # the traceback, through any hook the script set
-        _finish(1)
-    _finish(0)
+        return _wind_down(1)
+    return _wind_down(0)
+
+
+def main() -> NoReturn:
+    if len(sys.argv) < 2:
+        print("usage: python -m paratrain.launch.worker SCRIPT [ARGS...]", file=sys.stderr)
+        os._exit(2)
+    os._exit(run(sys.argv[1], sys.argv[2:]))
 
 
 if __name__ == "__main__":

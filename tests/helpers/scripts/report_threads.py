@@ -1,0 +1,14 @@
+"""Write what this worker really trains with (torch's intra-op threads, the OpenMP variable, its pid) to DIR."""
+import json
+import os
+import sys
+from pathlib import Path
+
+import torch
+
+out = sys.argv[1]
+rank = os.environ.get("RANK", "0")
+with open(os.path.join(out, f"rank{rank}.json"), "w") as fh:
+    json.dump({"torch_threads": torch.get_num_threads(), "omp": os.environ.get("OMP_NUM_THREADS"),
+               "pid": os.getpid(), "ppid": os.getppid(),
+               "cmdline": Path("/proc/self/cmdline").read_text().split("\0")}, fh)
