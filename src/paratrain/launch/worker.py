@@ -1,9 +1,11 @@
-"""What the launcher starts in every process: the user's script, under torchelastic's error recorder.
+"""What the launcher starts in every process: the user's script, with torchelastic's error recording.
 
-``@record`` writes the exception of a failing rank to torchrun's per-rank error file. torchrun's timestamps there
-are whole seconds, so when rank 1 raises and rank 0 then fails on the closed connection in the same second, it
-cannot tell which came first; each rank therefore also notes its own failure time (``PARATRAIN_FAILURES``) and the
-launcher reports the earliest one — the root cause, not its echo.
+A failing rank's exception goes to torchrun's per-rank error file (what torchelastic's ``@record`` does; done here
+only when there is an exception, because importing torchelastic's error module costs every worker ≈0.1 s of
+start-up that ``python train.py`` does not pay). torchrun's timestamps there are whole seconds, so when rank 1
+raises and rank 0 then fails on the closed connection in the same second, it cannot tell which came first; each
+rank therefore also notes its own failure time (``PARATRAIN_FAILURES``) and the launcher reports the earliest one —
+the root cause, not its echo.
 
 Leaving is the other half of this module's job. torch's gloo backend can abort a process *during interpreter
 finalization* ("terminate called without an active exception": C++ threads of the transport still hold work when
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import faulthandler
 import json
 import os
 import runpy
@@ -29,13 +32,11 @@ import time
 import traceback
 from typing import NoReturn
 
-from torch.distributed.elastic.multiprocessing.errors import record
-
 from paratrain.distenv import FAILURES_VAR, TIMEOUT_VAR
 
 
-@record
 def _run_script(script: str, args: list[str]) -> None:
+    faulthandler.enable(all_threads=True)  # as torchelastic's @record: a crash in native code shows the Python stack
     sys.argv = [script, *args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     runpy.run_path(script, run_name="__main__")
@@ -51,6 +52,16 @@ def _note(name: str, data: dict) -> None:
     path = os.path.join(folder, f"rank{rank}.{name}.json")
     with contextlib.suppress(OSError), open(path, "w") as fh:  # else the launcher uses torchrun's error files
         json.dump({"rank": int(rank), "attempt": attempt, "time": time.time(), **data}, fh)
+
+
+def _record_for_torchrun(exc: BaseException) -> None:
+    """Write the exception to torchrun's error file for this rank, as torchelastic's ``@record`` would."""
+    if "TORCHELASTIC_ERROR_FILE" not in os.environ:
+        return
+    from torch.distributed.elastic.multiprocessing.errors import get_error_handler
+
+    with contextlib.suppress(Exception):  # our own note is what the launcher reads first
+        get_error_handler().record_exception(exc)
 
 
 def _note_failure(summary: str) -> None:
@@ -139,6 +150,7 @@ def run(script: str, args: list[str]) -> int:
         _run_script(script, args)
     except ParatrainError as exc:
         _note_failure(exc.one_line())
+        _record_for_torchrun(exc)
         if os.environ.get("PARATRAIN_DEBUG") == "1":
             traceback.print_exc()
         rank = os.environ.get("RANK", "0")
@@ -156,6 +168,7 @@ def run(script: str, args: list[str]) -> int:
             return _stop_quietly()
         last = str(exc).strip().splitlines()[-1] if str(exc).strip() else ""
         _note_failure(f"{type(exc).__name__}: {last}" if last else type(exc).__name__)
+        _record_for_torchrun(exc)
         sys.excepthook(type(exc), exc, exc.__traceback__)  # the traceback, through any hook the script set
         return _wind_down(1)
     return _wind_down(0)
