@@ -134,9 +134,8 @@ def save(path: str | os.PathLike, strategy: Strategy, model: torch.nn.Module,
         if _rank() == 0:
             shutil.rmtree(tmp, ignore_errors=True)  # the previous checkpoint, if any, is untouched
         if isinstance(exc, (OSError, _dcp_error())):  # disk full, quota, permissions
-            last = str(exc).strip().splitlines()[-1].strip() if str(exc).strip() else type(exc).__name__
             kept = "; the previous checkpoint there is intact" if final.exists() else ""
-            raise CheckpointError(f"could not write checkpoint {final}: {last}{kept}",
+            raise CheckpointError(f"could not write checkpoint {final}: {_last_line(exc)}{kept}",
                                   hint="free disk space or save somewhere else") from None
         raise
     _barrier()
@@ -212,6 +211,13 @@ def _dcp_error() -> type[Exception]:
     return CheckpointException
 
 
+def _last_line(exc: BaseException) -> str:
+    """The line of an error worth showing: DCP wraps the per-rank error in a CheckpointException whose last line
+    is the real one."""
+    text = str(exc).strip()
+    return text.splitlines()[-1].strip() if text else type(exc).__name__
+
+
 def _read(what: str, folder: Path, load: Any) -> Any:
     """Run one read of a checkpoint; a damaged or unsafe file becomes a CheckpointError naming the checkpoint."""
     try:
@@ -222,9 +228,7 @@ def _read(what: str, folder: Path, load: Any) -> Any:
         raise CheckpointError(f"refusing to load {what} of {folder}: it holds objects that could run code{why}",
                               hint="load only checkpoints written by paratrain.Session.save") from None
     except (OSError, EOFError, RuntimeError, ValueError, _dcp_error()) as exc:
-        # DCP wraps the per-rank error in a CheckpointException whose last line is the real one
-        last = str(exc).strip().splitlines()[-1].strip() if str(exc).strip() else type(exc).__name__
-        raise CheckpointError(f"checkpoint {folder} is damaged: cannot read {what} ({last})",
+        raise CheckpointError(f"checkpoint {folder} is damaged: cannot read {what} ({_last_line(exc)})",
                               hint="load an earlier checkpoint") from None
 
 

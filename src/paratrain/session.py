@@ -79,6 +79,7 @@ class Session:
         self._closed = False
         self._used = {"model": True, "loader": True}  # did the script train with what prepare() returned?
         self._checked_use = False
+        self._use_hook: Any = None  # the forward hook that notices the prepared model in use; gone after step 1
         self._strategy.setup()
         self._metrics = metrics.StepRecorder.from_env(self.rank)
         self._progress = Progress.from_env(self.rank)
@@ -120,7 +121,7 @@ class Session:
             wrapped, optimizer = self._strategy.wrap(model, optimizer)
         if wrapped is not model:  # DDP/DP wrappers: a forward through the user's own module would skip the sync
             self._used["model"] = False
-            wrapped.register_forward_pre_hook(lambda *_: self._used.__setitem__("model", True))
+            self._use_hook = wrapped.register_forward_pre_hook(lambda *_: self._used.__setitem__("model", True))
         model = wrapped
         self._model, self._optimizer, self._scheduler = model, optimizer, scheduler
         if loader is not None:
@@ -148,6 +149,9 @@ class Session:
         """The first step: a script that prepared its model and loader but trains with the originals would have
         every rank train the whole batch with no gradient sync — silently twice the work and a different result."""
         self._checked_use = True
+        if self._use_hook is not None:  # checked once: no cost on every later forward
+            self._use_hook.remove()
+            self._use_hook = None
         unused = [name for name, used in self._used.items() if not used]
         if unused:
             what = " and ".join(unused)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from paratrain.bench.collect import read_rank_files, summarize
-from paratrain.launch.threads import available_cores, oversubscribed
+from paratrain.launch.threads import choose_threads, oversubscribed
 from paratrain.metrics import METRICS_VAR
 
 
@@ -63,10 +63,9 @@ def run_cell(spec: CellSpec, folder: Path, *, warmup: int, timeout: float, token
     env = dict(os.environ, **{METRICS_VAR: str(metrics_dir)})
     # Every cell gets the same machine: its processes together use all the cores (an OMP_NUM_THREADS the user
     # set for other work would otherwise give one process a fraction of what several processes get).
-    cores = available_cores()
-    threads = max(1, cores // spec.nproc)
+    share = choose_threads(spec.nproc, environ={})
     cmd = [sys.executable, "-m", "paratrain.cli.main", "run", "--strategy", spec.strategy, "--nproc", str(spec.nproc),
-           "--threads", str(threads), "--timeout", str(int(max(60, timeout))), spec.script, *spec.args]
+           "--threads", str(share.threads), "--timeout", str(int(max(60, timeout))), spec.script, *spec.args]
     launch = time.time()
     start = time.perf_counter()
     with log.open("w") as fh:
@@ -86,8 +85,8 @@ def run_cell(spec: CellSpec, folder: Path, *, warmup: int, timeout: float, token
     wall = time.perf_counter() - start
     cell: dict[str, Any] = {"wall_s": wall, "log": str(log)}
     cell.update(summarize(metrics_dir, warmup=warmup, launch_time=launch, tokens_per_sample=tokens_per_sample))
-    used = cell.get("threads_per_process") or threads
-    cell["oversubscribed"] = oversubscribed(spec.nproc, used, cores)
+    used = cell.get("threads_per_process") or share.threads
+    cell["oversubscribed"] = oversubscribed(spec.nproc, used, share.cores)
     if proc.returncode == 0 and cell["steps_done"] > 0:
         cell.update(status="ok", error=None)
     elif proc.returncode is None or wall > timeout:

@@ -14,13 +14,8 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 
-
-def _flush() -> None:
-    for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
-            stream.flush()
+from paratrain.launch import worker
 
 
 def _child(script: str, args: list[str], threads: int | None) -> None:
@@ -28,8 +23,6 @@ def _child(script: str, args: list[str], threads: int | None) -> None:
     code = 1
     try:
         import torch
-
-        from paratrain.launch import worker
 
         if threads is not None:
             torch.set_num_threads(threads)  # OpenMP read OMP_NUM_THREADS when torch was loaded, before the launch
@@ -39,7 +32,7 @@ def _child(script: str, args: list[str], threads: int | None) -> None:
 
         traceback.print_exc()
     finally:
-        _flush()
+        worker.flush_output()
         os._exit(code)
 
 
@@ -65,7 +58,7 @@ def run_script(script: str, args: list[str], threads: int | None, argv: list[str
             return subprocess.call(argv), False
         except KeyboardInterrupt:
             return 128 + signal.SIGINT, True
-    _flush()  # or the child would print the parent's buffered output a second time
+    worker.flush_output()  # or the child would print the parent's buffered output a second time
     pid = os.fork()
     if pid == 0:
         _child(script, args, threads)

@@ -104,11 +104,11 @@ def _wind_down(code: int) -> int:
         _join_threads()
     atexit._run_exitfuncs()  # the script's handlers and the Session's close(), in the usual order
     _leave_process_group()
-    _flush()
+    flush_output()
     return code
 
 
-def _flush() -> None:
+def flush_output() -> None:
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
@@ -130,7 +130,7 @@ def _stop_quietly() -> int:
     from paratrain.strategies import _procgroup
 
     _procgroup.mark_failing()
-    _flush()
+    flush_output()
     return 128 + signal.SIGINT
 
 
