@@ -62,6 +62,21 @@ def test_cpu_affinity_is_respected_not_just_cpu_count(tmp_path):
                           preexec_fn=lambda: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}))
     check(proc)
     assert [s["torch_threads"] for s in _seen(tmp_path)] == [1]
+    assert "oversubscribed" not in proc.stderr
+
+
+@pytest.mark.multiprocess
+def test_more_threads_than_cores_is_run_but_said(tmp_path):
+    """--threads beyond the cores is the user's call: honoured, with one line saying the threads will take turns."""
+    cmd = [sys.executable, "-m", "paratrain.cli.main", "run", "-s", "single", "--threads", "2", str(SCRIPT),
+           str(tmp_path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120, cwd=ROOT, env=_env_without_omp(),
+                          preexec_fn=lambda: os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}))
+    check(proc)
+    assert [s["torch_threads"] for s in _seen(tmp_path)] == [2]
+    notes = [ln for ln in proc.stderr.splitlines() if "oversubscribed" in ln]
+    assert notes == ["paratrain: 1 process(es) × 2 thread(s) (--threads) on 1 core(s): oversubscribed — they take "
+                     "turns on the cores, and step times will show it"], proc.stderr
 
 
 @pytest.mark.multiprocess
@@ -73,6 +88,7 @@ def test_one_process_methods_run_the_script_in_a_fork_of_the_launcher(tmp_path):
     (seen,) = _seen(tmp_path)
     assert seen["ppid"] == proc.pid and seen["pid"] != proc.pid
     assert "paratrain.cli.main" in seen["cmdline"], seen["cmdline"]  # not a fresh `python -m ...worker`
+    assert seen["gc_enabled"], "the launcher paused the garbage collector to import torch and left it off"
 
 
 def test_dry_run_says_how_many_threads_and_why(tmp_path):

@@ -5,14 +5,14 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from paratrain.console import out
+from paratrain import console
 
 STATUS_STYLE = {"available": "green", "not available": "red", "not implemented": "dim", "check failed": "yellow"}
 
 
 def print_json(data: Any) -> None:
     """Machine output on stdout: plain JSON, no markup, no wrapping."""
-    out.print(json.dumps(data, indent=2, default=str), markup=False, highlight=False, soft_wrap=True)
+    console.out.print(json.dumps(data, indent=2, default=str), markup=False, highlight=False, soft_wrap=True)
 
 
 def styled(status: str) -> str:

@@ -12,8 +12,8 @@ from rich.live import Live
 from rich.markup import escape
 from rich.table import Table
 
+from paratrain import console
 from paratrain.cli._render import print_json
-from paratrain.console import err, out
 
 HELP = """Run the training methods side by side, measure them, check they compute the same thing.
 
@@ -36,7 +36,7 @@ class LiveCells:
 
     def __init__(self) -> None:
         self.rows: dict[str, str] = {}
-        self.live = Live(self._render(), console=err, refresh_per_second=4, transient=False)
+        self.live = Live(self._render(), console=console.err, refresh_per_second=4, transient=False)
 
     def _render(self) -> Table:
         table = Table(title="paratrain compare", title_justify="left")
@@ -147,17 +147,17 @@ def compare(
         store.save_run(results, folder, Path(db) if db else None)
         all_results.append(results)
         if not json_out:
-            out.print(report.results_table(results))
+            console.out.print(report.results_table(results))
             for line in results["recommendation"]["lines"]:
-                out.print(f"• {escape(line)}")
-            out.print(f"\nreport: {paths.get('report', folder / 'report.md')}   run id: {results['id']}")
+                console.out.print(f"• {escape(line)}")
+            console.out.print(f"\nreport: {paths.get('report', folder / 'report.md')}   run id: {results['id']}")
         if results.get("interrupted"):
             interrupted = True
             break
     if json_out:
         print_json(all_results[0] if len(all_results) == 1 else all_results)
     if interrupted:
-        err.print("paratrain: interrupted — finished cells were kept in the report above")
+        console.err.print("paratrain: interrupted — finished cells were kept in the report above")
         return 130
     return 0
 

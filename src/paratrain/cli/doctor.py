@@ -6,8 +6,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from paratrain import console
 from paratrain.cli._render import print_json, styled
-from paratrain.console import out
 
 
 def doctor(
@@ -37,8 +37,8 @@ def doctor(
     for c in report.components:
         note = escape(c.detail) + (f" — fix: [bold]{escape(c.fix)}[/]" if c.fix else "")
         comps.add_row(c.name, escape(c.version) if c.version else "[dim]—[/]", note)
-    out.print(methods)
-    out.print(comps)
+    console.out.print(methods)
+    console.out.print(comps)
 
 
 def register(app: typer.Typer) -> None:

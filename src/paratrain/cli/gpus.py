@@ -14,7 +14,7 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from paratrain.console import out
+from paratrain import console
 from paratrain.devices import inventory
 from paratrain.devices.inventory import GpuInfo, Inventory
 from paratrain.devices.topology import LEGEND, Topology
@@ -127,35 +127,35 @@ def _no_gpu_message(inv: Inventory) -> str:
 
 def _render(inv: Inventory, show_topology: bool) -> None:
     if inv.source == "none":
-        out.print(escape(_no_gpu_message(inv)))
+        console.out.print(escape(_no_gpu_message(inv)))
         if show_topology:
-            out.print("No GPU topology to show (NVML is not available).")
+            console.out.print("No GPU topology to show (NVML is not available).")
         return
     parts = [f"driver {inv.driver}" if inv.driver else None, f"CUDA {inv.cuda}" if inv.cuda else None]
-    out.print(escape(" · ".join([f"{len(inv.gpus)} GPU(s)", *filter(None, parts), _cpu_text(inv)])))
+    console.out.print(escape(" · ".join([f"{len(inv.gpus)} GPU(s)", *filter(None, parts), _cpu_text(inv)])))
     if inv.source == "torch":
-        out.print(escape(f"[NVML unavailable: {inv.nvml_reason}; showing what torch.cuda reports.]"),
+        console.out.print(escape(f"[NVML unavailable: {inv.nvml_reason}; showing what torch.cuda reports.]"),
                   style="yellow")
-    wide = out.width >= WIDE
-    out.print(_gpu_table(inv, wide))
+    wide = console.out.width >= WIDE
+    console.out.print(_gpu_table(inv, wide))
     if not wide:
-        out.print("[dim]UUIDs and full PCIe bus ids: widen the terminal or use --json.[/dim]")
+        console.out.print("[dim]UUIDs and full PCIe bus ids: widen the terminal or use --json.[/dim]")
     if len(inv.visible) < len(inv.gpus):
         seen = ", ".join(str(i) for i in inv.visible) or "none"
-        out.print(escape(f"CUDA_VISIBLE_DEVICES limits a launched job to GPU(s): {seen}."))
+        console.out.print(escape(f"CUDA_VISIBLE_DEVICES limits a launched job to GPU(s): {seen}."))
     processes = _process_table(inv.gpus)
     if processes is not None:
-        out.print(processes)
+        console.out.print(processes)
     elif inv.source == "nvml":
-        out.print("No running compute processes.")
+        console.out.print("No running compute processes.")
     if show_topology:
         if inv.topology is None:
-            out.print("No GPU topology to show (needs NVML).")
+            console.out.print("No GPU topology to show (needs NVML).")
             return
-        out.print(_topology_table(inv.topology))
-        out.print("Legend:")
+        console.out.print(_topology_table(inv.topology))
+        console.out.print("Legend:")
         for label, meaning in LEGEND:
-            out.print(f"  {label:<4} = {escape(meaning)}")
+            console.out.print(f"  {label:<4} = {escape(meaning)}")
 
 
 def register(app: typer.Typer) -> None:
@@ -171,7 +171,7 @@ def register(app: typer.Typer) -> None:
     ) -> None:
         inv = inventory.collect(topology=topology)
         if as_json:
-            out.print(json.dumps(inv.to_json(), indent=2), markup=False, highlight=False, emoji=False,
+            console.out.print(json.dumps(inv.to_json(), indent=2), markup=False, highlight=False, emoji=False,
                       soft_wrap=True)
             return
         _render(inv, topology)

@@ -15,8 +15,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from paratrain import console
 from paratrain.cli._render import print_json
-from paratrain.console import out
 from paratrain.errors import ConfigError
 
 HISTORY_HELP = (
@@ -46,7 +46,7 @@ def history(
         if json_out:
             print_json([])
         else:
-            out.print(f"No runs recorded yet ({escape(str(store.default_db_path()))} does not exist); "
+            console.out.print(f"No runs recorded yet ({escape(str(store.default_db_path()))} does not exist); "
                       "run `paratrain compare` first.")
         return
     runs = store.list_runs(db, limit=limit)
@@ -54,7 +54,7 @@ def history(
         print_json(runs)
         return
     if not runs:
-        out.print("The run history is empty; run `paratrain compare` first.")
+        console.out.print("The run history is empty; run `paratrain compare` first.")
         return
     table = Table(title="Past comparisons (newest first)", title_justify="left", header_style="bold")
     for col in ("id", "created", "workload / script", "methods", "nproc", "winner", "out dir"):
@@ -63,7 +63,7 @@ def history(
         winner = f"[green]{escape(r['winner'])}[/]" if r["winner"] else "[dim]none[/]"
         table.add_row(escape(r["id"]), escape(r["created"] or ""), escape(r["workload"] or r["script"] or "?"),
                       escape(r["strategies"] or ""), escape(r["nproc"] or ""), winner, escape(r["out_dir"] or ""))
-    out.print(table)
+    console.out.print(table)
 
 
 def _check_writable(folder: Path) -> None:
@@ -97,10 +97,10 @@ def _one(run: str, db: Path | None, out_dir: Path | None, json_out: bool) -> Non
         print_json({"id": results["id"], "out_dir": str(folder), "files": {k: str(p) for k, p in paths.items()},
                     "recommendation": results["recommendation"], "results": results})
         return
-    out.print(results_table(results))
+    console.out.print(results_table(results))
     for line in results["recommendation"]["lines"]:
-        out.print(f"• {escape(line)}")
-    out.print(f"\nReport written to [bold]{escape(str(paths['report']))}[/]")
+        console.out.print(f"• {escape(line)}")
+    console.out.print(f"\nReport written to [bold]{escape(str(paths['report']))}[/]")
 
 
 def _two(run: str, run2: str, db: Path | None, out_dir: Path | None, json_out: bool) -> None:
@@ -118,9 +118,9 @@ def _two(run: str, run2: str, db: Path | None, out_dir: Path | None, json_out: b
         print_json({"a": a["id"], "b": b["id"], "cells": diff_rows(a, b),
                     "file": str(written) if written else None})
         return
-    out.print(diff_table(a, b))
+    console.out.print(diff_table(a, b))
     if written:
-        out.print(f"\nDiff written to [bold]{escape(str(written))}[/]")
+        console.out.print(f"\nDiff written to [bold]{escape(str(written))}[/]")
 
 
 def report(

@@ -7,10 +7,8 @@ import sys
 import traceback
 
 import typer
-from rich.markup import escape
 
-from paratrain import __version__
-from paratrain.console import err
+from paratrain import __version__, console
 from paratrain.errors import ParatrainError
 
 app = typer.Typer(
@@ -61,7 +59,7 @@ def _register(args: list[str]) -> None:
 
 
 def _fail(text: str, code: int) -> int:
-    err.print(f"[bold red]paratrain: error:[/bold red] {escape(text)}", markup=True, highlight=False)
+    console.err.print(f"[bold red]paratrain: error:[/bold red] {console.escape(text)}", markup=True, highlight=False)
     return code
 
 

@@ -7,8 +7,8 @@ from collections.abc import Callable
 
 import typer
 
+from paratrain import console
 from paratrain.cli._render import print_json
-from paratrain.console import out
 
 HELP = """Run SCRIPT under a training method.
 
@@ -93,13 +93,13 @@ def run(
         if json_out:
             print_json(info)
         else:
-            for key in ("strategy", "launcher", "nproc_per_node", "world_size"):
-                out.print(f"{key:15} {info[key]}", markup=False)
+            lines = [f"{key:15} {info[key]}" for key in ("strategy", "launcher", "nproc_per_node", "world_size")]
             if plan.threads is not None:
-                out.print(f"{'threads':15} {plan.threads.threads} per process ({plan.threads.reason})", markup=False)
-            for key, value in plan.config.as_dict().items():
-                out.print(f"{key:15} {value}", markup=False)
-            out.print(f"command        {info['command']}", markup=False)
+                lines.append(f"{'threads':15} {plan.threads.threads} per process ({plan.threads.reason})")
+            lines += [f"{key:15} {value}" for key, value in plan.config.as_dict().items()]
+            lines.append(f"command        {info['command']}")
+            for line in lines:
+                console.out.print(line, markup=False)
         return
     # Run the job once the command line is parsed, from main() rather than from inside click's call stack:
     # torchrun's rendezvous calls inspect.stack() for every event it logs, and each extra frame costs start-up.
@@ -125,9 +125,11 @@ def _import_torch_quietly(verbose: bool) -> None:
 
     if verbose or "torch" in sys.modules or "TORCH_CPP_LOG_LEVEL" in os.environ:
         return
+    from paratrain.launch.plan import load_torch
+
     os.environ["TORCH_CPP_LOG_LEVEL"] = "FATAL"
     try:
-        import torch  # noqa: F401
+        load_torch()
     finally:
         del os.environ["TORCH_CPP_LOG_LEVEL"]
 

@@ -9,8 +9,8 @@ import typer
 from rich.markup import escape
 from rich.table import Table
 
+from paratrain import console
 from paratrain.cli._render import print_json
-from paratrain.console import out
 
 
 def _options_text(entry) -> str:
@@ -44,7 +44,7 @@ def strategies(json_out: bool = typer.Option(False, "--json", help="Print the li
     for r in rows:
         name = r["name"] if r["implemented"] else f"[dim]{r['name']} (not implemented)[/]"
         table.add_row(name, r["framework"], r["launcher"], escape(r["options"]), escape(r["when"]))
-    out.print(table)
+    console.out.print(table)
 
 
 def register(app: typer.Typer) -> None:

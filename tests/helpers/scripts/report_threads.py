@@ -1,4 +1,6 @@
-"""Write what this worker really trains with (torch's intra-op threads, the OpenMP variable, its pid) to DIR."""
+"""Write what this worker really trains with (torch's intra-op threads, the OpenMP variable, its pid, whether the
+garbage collector runs) to DIR."""
+import gc
 import json
 import os
 import sys
@@ -10,5 +12,5 @@ out = sys.argv[1]
 rank = os.environ.get("RANK", "0")
 with open(os.path.join(out, f"rank{rank}.json"), "w") as fh:
     json.dump({"torch_threads": torch.get_num_threads(), "omp": os.environ.get("OMP_NUM_THREADS"),
-               "pid": os.getpid(), "ppid": os.getppid(),
+               "pid": os.getpid(), "ppid": os.getppid(), "gc_enabled": gc.isenabled(),
                "cmdline": Path("/proc/self/cmdline").read_text().split("\0")}, fh)
