@@ -66,6 +66,7 @@ def run_cell(spec: CellSpec, folder: Path, *, warmup: int, timeout: float, token
     share = choose_threads(spec.nproc, environ={})
     cmd = [sys.executable, "-m", "paratrain.cli.main", "run", "--strategy", spec.strategy, "--nproc", str(spec.nproc),
            "--threads", str(share.threads), "--timeout", str(int(max(60, timeout))), spec.script, *spec.args]
+    steps_so_far = _StepCounter(metrics_dir / "rank0.jsonl")
     launch = time.time()
     start = time.perf_counter()
     with log.open("w") as fh:
@@ -77,7 +78,7 @@ def run_cell(spec: CellSpec, folder: Path, *, warmup: int, timeout: float, token
                     _stop(proc)
                     break
                 if progress is not None:
-                    progress(_steps_so_far(metrics_dir))
+                    progress(steps_so_far())
                 time.sleep(0.25)
         except BaseException:  # Ctrl-C: stop what we started, keep what finished
             _stop(proc)
@@ -98,14 +99,24 @@ def run_cell(spec: CellSpec, folder: Path, *, warmup: int, timeout: float, token
     return cell
 
 
-def _steps_so_far(metrics_dir: Path) -> int:
-    file = metrics_dir / "rank0.jsonl"
-    if not file.exists():
-        return 0
-    try:
-        return sum(1 for line in file.read_text().splitlines() if line.startswith('{"step"'))
-    except OSError:
-        return 0
+class _StepCounter:
+    """Steps rank 0 has recorded so far, reading only what was appended since the last look: the record grows with
+    every step, and re-reading all of it four times a second would cost more the longer a cell runs."""
+
+    def __init__(self, file: Path) -> None:
+        self.file, self.offset, self.steps = file, 0, 0
+
+    def __call__(self) -> int:
+        try:
+            with self.file.open("rb") as fh:
+                fh.seek(self.offset)
+                chunk = fh.read()
+        except OSError:  # not written yet
+            return self.steps
+        complete = chunk[: chunk.rfind(b"\n") + 1]  # a line being written is counted on the next look
+        self.offset += len(complete)
+        self.steps += sum(1 for line in complete.splitlines() if line.startswith(b'{"step"'))
+        return self.steps
 
 
 __all__ = ["CellSpec", "read_rank_files", "run_cell"]
