@@ -125,7 +125,7 @@ def _import_torch_quietly(verbose: bool) -> None:
 
     if verbose or "torch" in sys.modules or "TORCH_CPP_LOG_LEVEL" in os.environ:
         return
-    from paratrain.launch.plan import load_torch
+    from paratrain.launch.torch_import import load_torch
 
     os.environ["TORCH_CPP_LOG_LEVEL"] = "FATAL"
     try:

@@ -8,7 +8,6 @@ variables, so the user's script never changes.
 
 from __future__ import annotations
 
-import gc
 import json
 import logging
 import os
@@ -19,7 +18,6 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from types import ModuleType
 
 from paratrain.console import notice
 from paratrain.distenv import (
@@ -35,6 +33,7 @@ from paratrain.distenv import (
 from paratrain.errors import ConfigError, LaunchError
 from paratrain.launch.config import RunConfig
 from paratrain.launch.threads import ThreadChoice, choose_threads, oversubscribed
+from paratrain.launch.torch_import import load_torch
 from paratrain.launch.watchdog import Watchdog, explain_timeout
 from paratrain.strategies import registry
 from paratrain.strategies.base import Launcher, format_spec, parse_spec
@@ -74,29 +73,6 @@ class LaunchPlan:
         else:
             cmd = self.argv
         return f"{env} {shlex.join(cmd)}".strip()
-
-
-def load_torch() -> ModuleType:
-    """Import torch in the launcher with the garbage collector paused, then freeze what the import made.
-
-    The import makes about 260,000 objects, and the collector — started by allocation counts — scans them over and
-    over while they are being made: 0.15–0.2 s of every launch on the 2-core test machine (`import torch` with and
-    without gc.disable()), which plain torchrun pays and paratrain need not. Frozen, they are skipped by every later
-    collection (a full one costs 0.1 s otherwise), and a forked one-process script (launch/local.py) inherits
-    them without the collector touching their pages.
-    """
-    if "torch" not in sys.modules:
-        enabled = gc.isenabled()
-        gc.disable()
-        try:
-            import torch
-        finally:
-            if enabled:
-                gc.enable()
-        gc.freeze()
-    import torch
-
-    return torch
 
 
 def _gpu_count() -> int:

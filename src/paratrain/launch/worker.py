@@ -33,12 +33,14 @@ import traceback
 from typing import NoReturn
 
 from paratrain.distenv import FAILURES_VAR, TIMEOUT_VAR
+from paratrain.launch import torch_import
 
 
 def _run_script(script: str, args: list[str]) -> None:
     faulthandler.enable(all_threads=True)  # as torchelastic's @record: a crash in native code shows the Python stack
     sys.argv = [script, *args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
+    torch_import.install()  # the script's own `import torch`, when it comes, without the collector's rescans
     runpy.run_path(script, run_name="__main__")
 
 
