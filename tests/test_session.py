@@ -112,6 +112,41 @@ def test_scheduler_steps_with_the_optimizer_and_is_checkpointed(tmp_path):
     session.close()
 
 
+def _scheduled(scheduler_factory):
+    session = pt.Session()
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=1.0)
+    data = TensorDataset(torch.randn(16, 2), torch.randn(16, 1))
+    return session, *session.prepare(model, opt, DataLoader(data, batch_size=4), scheduler_factory(opt))
+
+
+def test_a_scheduler_the_script_steps_as_well_is_said_once(capfd):
+    session, model, _, loader, sched = _scheduled(lambda o: torch.optim.lr_scheduler.LambdaLR(o, lambda e: 1.0))
+    for x, y in loader:
+        session.backward(torch.nn.functional.mse_loss(model(x), y))
+        session.step()
+        sched.step()  # the double step the README warns about
+    session.close()
+    assert sched.last_epoch == 8  # 4 optimizer steps, stepped twice each: the script's choice, kept
+    said = [ln for ln in capfd.readouterr().err.splitlines() if "also stepped outside session.step()" in ln]
+    assert len(said) == 1 and "remove your own scheduler.step()" in said[0]
+
+
+def test_a_scheduler_only_session_steps_is_not_warned_about(capfd):
+    session, model, _, loader, sched = _scheduled(lambda o: torch.optim.lr_scheduler.LambdaLR(o, lambda e: 1.0))
+    for x, y in loader:
+        session.backward(torch.nn.functional.mse_loss(model(x), y))
+        session.step()
+    session.close()
+    assert sched.last_epoch == 4 and "outside session.step()" not in capfd.readouterr().err
+
+
+def test_a_metric_driven_scheduler_is_refused_with_the_fix():
+    with pytest.raises(ConfigError, match="ReduceLROnPlateau") as info:
+        _scheduled(torch.optim.lr_scheduler.ReduceLROnPlateau)
+    assert "scheduler.step(metric) yourself" in info.value.one_line()
+
+
 def test_script_options_that_disagree_with_the_launcher_are_an_error(monkeypatch):
     monkeypatch.setenv("PARATRAIN_STRATEGY", "fsdp")
     monkeypatch.setenv("PARATRAIN_SHARD", "full")

@@ -75,6 +75,8 @@ class Session:
         self._model: torch.nn.Module | None = None
         self._optimizer: torch.optim.Optimizer | None = None
         self._scheduler: Any = None
+        self._scheduler_at: int | None = None  # the scheduler's last_epoch after session.step() last stepped it
+        self._scheduler_warned = False
         self._loader: ShardedLoader | None = None
         self._closed = False
         self._used = {"model": True, "loader": True}  # did the script train with what prepare() returned?
@@ -114,9 +116,17 @@ class Session:
     # -- training -------------------------------------------------------------------------------------------
     def prepare(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,
                 loader: torch.utils.data.DataLoader | None = None, scheduler: Any = None) -> tuple:
-        """Wrap the model (and optimizer) for the method and shard the loader; returns them in the same order."""
+        """Wrap the model (and optimizer) for the method and shard the loader; returns them in the same order —
+        ``model, optimizer, loader`` or, with a scheduler, ``model, optimizer, loader, scheduler``.
+
+        A scheduler given here is stepped by :meth:`step`, once per optimizer step, and saved in checkpoints."""
         if self._model is not None:
             raise ConfigError("prepare() was already called on this Session", hint="call it once per Session")
+        if isinstance(scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau):
+            raise ConfigError(
+                "ReduceLROnPlateau steps on a metric (scheduler.step(val_loss)), which session.step() cannot give it",
+                hint="leave it out of prepare() and call scheduler.step(metric) yourself after evaluating",
+            )
         with self._progress.phase("session.prepare"):
             wrapped, optimizer = self._strategy.wrap(model, optimizer)
         if wrapped is not model:  # DDP/DP wrappers: a forward through the user's own module would skip the sync
@@ -124,6 +134,7 @@ class Session:
             self._use_hook = wrapped.register_forward_pre_hook(lambda *_: self._used.__setitem__("model", True))
         model = wrapped
         self._model, self._optimizer, self._scheduler = model, optimizer, scheduler
+        self._scheduler_at = getattr(scheduler, "last_epoch", None)
         if loader is not None:
             self._loader = ShardedLoader(
                 loader, rank=self.rank, world_size=self.world_size, grad_accum=self.grad_accum,
@@ -171,7 +182,8 @@ class Session:
         self._micro_done += 1
 
     def step(self) -> None:
-        """Optimizer step + zero_grad (+ scheduler), once every ``grad_accum`` backward calls."""
+        """Once every ``grad_accum`` backward calls: the optimizer step, zero_grad, then the step of the scheduler
+        given to :meth:`prepare` (if any) — so the script must not call ``scheduler.step()`` itself."""
         if self._micro_done < self.grad_accum:
             return
         self._micro_done = 0
@@ -184,13 +196,26 @@ class Session:
         self._metrics.step_end(self.step_count + 1, self._model, self._optimizer)  # before grads are freed
         self._optimizer.zero_grad(set_to_none=True)
         if self._scheduler is not None:
-            self._scheduler.step()
+            self._step_scheduler()
         self.step_count += 1
         self._progress.stepped(self.step_count)
         if self._auto is not None and self._auto.due(self.step_count):
             self.save(str(self._auto.path_for(self.step_count)))
             if self.is_main:
                 self._auto.prune()
+
+    def _step_scheduler(self) -> None:
+        """A scheduler the script steps as well advances twice per optimizer step — its schedule over in half the
+        steps, silently. Said once, on the main rank."""
+        now = getattr(self._scheduler, "last_epoch", None)
+        ahead = now is not None and self._scheduler_at is not None and now != self._scheduler_at
+        if ahead and not self._scheduler_warned:
+            self._scheduler_warned = True
+            notice(f"the scheduler was also stepped outside session.step() ({now - self._scheduler_at} extra "
+                   "step(s) before this optimizer step), so it runs ahead of the optimizer: remove your own "
+                   "scheduler.step() — session.step() steps the scheduler given to prepare()")
+        self._scheduler.step()
+        self._scheduler_at = getattr(self._scheduler, "last_epoch", None)
 
     # -- collectives and output -----------------------------------------------------------------------------
     def all_reduce(self, value: torch.Tensor | float, op: ReduceOp = "mean") -> torch.Tensor | float:
@@ -242,6 +267,7 @@ class Session:
         self.step_count = int(state.get("step_count", 0))
         if self._scheduler is not None and state.get("scheduler") is not None:
             self._scheduler.load_state_dict(state["scheduler"])
+            self._scheduler_at = getattr(self._scheduler, "last_epoch", None)
         if self._loader is not None and state.get("loader") is not None:
             self._loader.load_state_dict(state["loader"])
 
