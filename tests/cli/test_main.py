@@ -7,6 +7,7 @@ import json
 import pytest
 
 from paratrain import __version__
+from paratrain.cli._render import help_text
 from tests.helpers.launch import paratrain, worker_env
 
 
@@ -61,3 +62,10 @@ def test_strategies_lists_names_launchers_and_options():
     by_name = {r["name"]: r for r in rows}
     assert by_name["fsdp"]["launcher"] == "torchrun" and "shard=full|grad_op|none" in by_name["fsdp"]["options"]
     assert by_name["single"]["implemented"] is True and by_name["horovod"]["implemented"] is False
+
+
+def test_help_prose_is_rewrapped_and_examples_keep_their_lines():
+    text = ("First line.\n\nA paragraph written\nover two lines.\n\n"
+            "Examples:\n  paratrain run a.py\n  paratrain run b.py\n")
+    assert help_text(text) == ("First line.\n\nA paragraph written over two lines.\n\n"
+                               "Examples:\n  paratrain run a.py\n  paratrain run b.py")

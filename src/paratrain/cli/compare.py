@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from paratrain import console
-from paratrain.cli._render import print_json
+from paratrain.cli._render import help_text, print_json
 
 HELP = """Run the training methods side by side, measure them, check they compute the same thing.
 
@@ -24,10 +24,10 @@ Writes results.json, results.csv, report.md and PNG plots to --out, and a row in
 database (`paratrain history`, `paratrain report RUN`).
 
 Examples:
-  paratrain compare                                     # all methods × {1,2} on the digits MLP
-  paratrain compare --full                              # also the small GPT
-  paratrain compare --strategies ddp,fsdp:shard=grad_op --nproc 1,2,4 --steps 200
-  paratrain compare --script train.py --script-args "--lr 3e-4" --strategies single,ddp,fsdp
+  paratrain compare                  # every method, 1 and 2 processes
+  paratrain compare --full           # also the small GPT
+  paratrain compare --strategies ddp,fsdp:shard=grad_op --nproc 1,2,4
+  paratrain compare --script train.py --script-args "--lr 3e-4"
 """
 
 
@@ -163,4 +163,4 @@ def compare(
 
 
 def register(app: typer.Typer) -> None:
-    app.command("compare", help=HELP)(compare)
+    app.command("compare", help=help_text(HELP))(compare)

@@ -8,7 +8,7 @@ from collections.abc import Callable
 import typer
 
 from paratrain import console
-from paratrain.cli._render import print_json
+from paratrain.cli._render import help_text, print_json
 
 HELP = """Run SCRIPT under a training method.
 
@@ -23,7 +23,7 @@ Examples:
   paratrain run --strategy ddp --nproc 2 train.py --lr 3e-4
   paratrain run -s fsdp:shard=grad_op -n 4 train.py
   paratrain run -s ddp --nnodes 2 --node-rank 0 --master node0:29500 train.py
-  srun --ntasks-per-node=1 paratrain run -s ddp -n 4 train.py   # nodes, rank, master from SLURM
+  srun --ntasks-per-node=1 paratrain run -s ddp -n 4 train.py  # under SLURM
 
 A stuck job never hangs silently: --timeout bounds every collective, --stall-timeout stops a job whose
 rank left the lock-step (and names it), --max-restarts with --checkpoint-dir/--checkpoint-every resumes
@@ -137,6 +137,6 @@ def _import_torch_quietly(verbose: bool) -> None:
 def register(app: typer.Typer) -> None:
     app.command(
         "run",
-        help=HELP,
+        help=help_text(HELP),
         context_settings={"allow_interspersed_args": False, "ignore_unknown_options": True},
     )(run)
