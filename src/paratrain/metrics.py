@@ -85,7 +85,10 @@ class StepRecorder:
             self._last = time.perf_counter()
         if not self._state_written:
             # The thread count the process really trains with, read here rather than trusted from the launcher.
-            self.write({"state_bytes": state_bytes(model, optimizer), "threads": torch.get_num_threads()})
+            # param_count is the whole model's (a sharded DTensor's numel() is its global size): `advise` matches
+            # measurements to the model it is asked about by it.
+            self.write({"state_bytes": state_bytes(model, optimizer), "threads": torch.get_num_threads(),
+                        "param_count": sum(p.numel() for p in model.parameters())})
             self._state_written = True
         now = time.perf_counter()
         self.write({"step": step, "t": time.time(), "dt": now - self._last, "loss": self._loss,

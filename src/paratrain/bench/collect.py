@@ -34,6 +34,7 @@ def summarize(folder: Path, *, warmup: int, launch_time: float, tokens_per_sampl
     ranks = read_rank_files(folder)
     steps: dict[int, list[dict[str, Any]]] = {}
     peak, cuda_peak, state, threads, logged = [], [], [], [], {}
+    param_count = None
     for rank in sorted(ranks):
         rank_peak = rank_cuda = rank_state = None
         for rec in ranks[rank]:
@@ -43,6 +44,7 @@ def summarize(folder: Path, *, warmup: int, launch_time: float, tokens_per_sampl
                 rank_state = rec["state_bytes"]["total"]
                 if "threads" in rec:
                     threads.append(rec["threads"])
+                param_count = rec.get("param_count", param_count)
             elif rec.get("summary"):
                 rank_peak = rec.get("peak_rss_bytes")
                 rank_cuda = rec.get("cuda_max_allocated_bytes")
@@ -62,6 +64,7 @@ def summarize(folder: Path, *, warmup: int, launch_time: float, tokens_per_sampl
         "steps_done": len(complete), "losses": losses, "step_times_s": timed,
         "state_bytes": state, "extra": {k: v for k, v in logged.items() if k != "final_loss"},
         "threads_per_process": max(threads) if threads else None,  # as the workers reported it
+        "param_count": param_count,
     }
     use_cuda = any(v is not None for v in cuda_peak)
     out["peak_mem_bytes"] = cuda_peak if use_cuda else peak

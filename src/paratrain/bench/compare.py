@@ -220,6 +220,7 @@ def finalize(results: dict[str, Any]) -> None:
                     "wall_s", "final_loss", "comm_share", "scaling_efficiency", "loss_max_abs_diff"):
             cell.setdefault(key, None)
         cell.setdefault("threads_per_process", None)
+        cell.setdefault("param_count", None)
         cell.setdefault("oversubscribed", False)
         for key in ("peak_mem_bytes", "state_bytes", "losses", "step_times_s"):
             cell.setdefault(key, [])

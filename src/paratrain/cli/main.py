@@ -41,7 +41,8 @@ def _global(
 
 
 COMMANDS = {"gpus": "gpus", "doctor": "doctor", "strategies": "strategies", "run": "run", "compare": "compare",
-            "history": "history", "report": "history"}  # command -> the cli module that registers it
+            "history": "history", "report": "history",
+            "advise": "advise"}  # command -> the cli module that registers it
 _registered: set[str] = set()
 
 

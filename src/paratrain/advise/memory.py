@@ -1,0 +1,162 @@
+"""Bytes each rank holds, per method: parameters, gradients, optimizer state, activations and working buffers.
+
+The accounting is the ZeRO paper's (Rajbhandari et al. 2020): with Ψ parameters, mixed-precision Adam holds 2Ψ
+of 16-bit parameters, 2Ψ of 16-bit gradients and KΨ = 12Ψ of fp32 master weights, momentum and variance; ZeRO
+stage 1 divides K by N ranks, stage 2 the gradients too, stage 3 everything. FSDP's ``full``/``grad_op`` shard
+like stage 3 / stage 2 at rest. When the module's shapes are known the split is exact per rank — each parameter is
+cut along its first dimension into N pieces the way ``torch.chunk`` cuts it (FSDP2's layout), so the figures equal
+what `compare` measures on real runs byte for byte (``tests/advise/test_calibration.py``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from paratrain.advise import activations
+from paratrain.advise.models import ModelSpec
+
+PRECISIONS = ("fp32", "bf16-mixed", "fp16-mixed")
+OPTIMIZERS = ("sgd", "sgd-momentum", "adam", "adamw")
+_STATES = {"sgd": 0, "sgd-momentum": 1, "adam": 2, "adamw": 2}  # fp32 tensors per parameter
+ADAM_STEP_BYTES = 4  # torch's Adam keeps its step count as a one-element fp32 tensor per parameter tensor
+HOROVOD_FUSION_BYTES = 64 * 1024 * 1024  # HOROVOD_FUSION_THRESHOLD's default
+
+
+@dataclass(frozen=True)
+class Sharding:
+    """How one method lays model state out. ``params``/``grads``/``optimizer``: divided across ranks at rest.
+    ``gathered``: unsharded parameters held while computing — ``"unit"`` (one FSDP unit and the next, prefetched),
+    ``"all"`` (every parameter from forward to backward), or ``""``. ``offload``: state kept in host memory."""
+
+    params: bool = False
+    grads: bool = False
+    optimizer: bool = False
+    gathered: str = ""
+    offload: tuple[str, ...] = ()
+    buckets: bool = False  # DDP's flat gradient buckets: a second copy of the gradients
+    fusion_buffer: bool = False  # Horovod's tensor-fusion buffer
+    gathers_outputs: bool = False  # DataParallel: every replica's output lands on GPU 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class Plan:
+    """The training set-up being sized: N ranks, per-rank micro-batch, precision, optimizer, checkpointing."""
+
+    ranks: int
+    micro_batch: int = 1
+    seq_len: int | None = None
+    precision: str = "fp32"
+    optimizer: str = "adamw"
+    checkpointing: bool = False
+
+
+@dataclass
+class RankMemory:
+    """Bytes on the busiest rank's device, and in its host memory (offloaded state)."""
+
+    params: int = 0
+    grads: int = 0
+    optimizer: int = 0
+    activations: int | None = 0
+    buffers: int = 0
+    host: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def state(self) -> int:
+        """Model state: what ``compare`` records as ``state_bytes``."""
+        return self.params + self.grads + self.optimizer
+
+    @property
+    def total(self) -> int:
+        return self.state + (self.activations or 0) + self.buffers
+
+    def to_json(self) -> dict[str, int | None]:
+        return {"params": self.params, "grads": self.grads, "optimizer": self.optimizer,
+                "activations": self.activations, "buffers": self.buffers, "host": self.host, "total": self.total}
+
+
+def element_bytes(precision: str, optimizer: str) -> tuple[int, int, int]:
+    """(parameter, gradient, optimizer) bytes per parameter. Mixed precision keeps fp32 master weights in the
+    optimizer's share, as the ZeRO paper counts them."""
+    states = _STATES[optimizer]
+    if precision == "fp32":
+        return 4, 4, 4 * states
+    return 2, 2, 4 + 4 * states
+
+
+def _chunk_rows(rows: int, ranks: int, rank: int) -> int:
+    size = math.ceil(rows / ranks)
+    return max(0, min(size, rows - rank * size))
+
+
+def _elements(model: ModelSpec, ranks: int, rank: int, sharded: bool) -> tuple[float, int]:
+    """(elements this rank holds, tensors it holds a piece of)."""
+    if not sharded:
+        return float(model.params), len(model.shapes or ())
+    if model.shapes is None:
+        return model.params / ranks, 0
+    total = tensors = 0
+    for shape in model.shapes:
+        rows = _chunk_rows(shape[0], ranks, rank) if shape else (1 if rank == 0 else 0)
+        total += rows * math.prod(shape[1:])
+        tensors += 1
+    return float(total), tensors
+
+
+def _largest_unit(model: ModelSpec) -> float:
+    """Parameters of the largest FSDP unit: one transformer block when the architecture is known."""
+    arch = model.transformer
+    if arch is None:
+        return 0.0
+    per_layer = (model.params - arch.vocab * arch.hidden) / max(arch.layers, 1)
+    return max(per_layer, arch.vocab * arch.hidden)
+
+
+def _activation_bytes(model: ModelSpec, plan: Plan, notes: list[str]) -> int | None:
+    elem = 4 if plan.precision == "fp32" else 2
+    if model.transformer is not None:
+        arch = model.transformer
+        if plan.seq_len and plan.seq_len != arch.seq_len:
+            arch = type(arch)(**{**arch.__dict__, "seq_len": plan.seq_len})
+        return activations.activation_bytes(arch, plan.micro_batch, elem, checkpointing=plan.checkpointing)
+    if model.activation_bytes is not None and model.activation_batch:
+        scale = plan.micro_batch / model.activation_batch * (elem / 4)
+        if plan.checkpointing:
+            notes.append("checkpointing not modelled for a non-transformer module")
+        return int(model.activation_bytes * scale)
+    notes.append("activations not counted (no architecture: use a preset, or a factory returning example inputs)")
+    return None
+
+
+def rank_memory(model: ModelSpec, sharding: Sharding, plan: Plan, rank: int = 0) -> RankMemory:
+    """The bytes rank ``rank`` holds under one method. Rank 0 holds the largest piece of every shard."""
+    p_b, g_b, o_b = element_bytes(plan.precision, plan.optimizer)
+    n = plan.ranks
+    out = RankMemory()
+    p_el, _ = _elements(model, n, rank, sharding.params)
+    g_el, _ = _elements(model, n, rank, sharding.grads)
+    o_el, o_tensors = _elements(model, n, rank, sharding.optimizer)
+    steps = ADAM_STEP_BYTES * o_tensors if plan.optimizer in ("adam", "adamw") else 0
+    out.params, out.grads, out.optimizer = round(p_el * p_b), round(g_el * g_b), round(o_el * o_b) + steps
+    for part in sharding.offload:
+        moved = getattr(out, part)
+        out.host += moved
+        setattr(out, part, 0)
+    out.activations = _activation_bytes(model, plan, out.notes)
+    if sharding.gathered == "all":
+        out.buffers += round(model.params * p_b) - (out.params if "params" not in sharding.offload else 0)
+    elif sharding.gathered == "unit" and n > 1:
+        unit = _largest_unit(model)
+        out.buffers += round(2 * unit * p_b)
+        if not unit:
+            out.notes.append("FSDP's gathered unit not counted (architecture unknown)")
+    if sharding.buckets and n > 1:
+        out.buffers += out.grads
+    if sharding.fusion_buffer and n > 1:
+        out.buffers += HOROVOD_FUSION_BYTES
+    if sharding.gathers_outputs and n > 1 and out.activations is not None and model.transformer is not None:
+        arch = model.transformer
+        out.activations += (n - 1) * plan.micro_batch * (plan.seq_len or arch.seq_len) * arch.vocab * 4
+    return out

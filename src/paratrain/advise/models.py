@@ -1,0 +1,218 @@
+"""What `advise` knows about a model: its parameter count, its parameter shapes when it can see them, and the
+transformer dimensions the activation formula needs.
+
+Why three sources: a user planning a 70B run has no module to hand (``--params`` or a preset), one with a module
+wants it counted exactly (``--model pkg.mod:factory``, built on the meta device so nothing is allocated), and the
+bundled workloads are what ``compare`` measures, so `advise` can be checked against them byte for byte.
+"""
+
+from __future__ import annotations
+
+import importlib
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from paratrain.errors import ConfigError, did_you_mean
+
+if TYPE_CHECKING:
+    import torch
+
+MAX_PARAMS = 1e13  # ten trillion: beyond any model trained to date, so a larger figure is a typo
+
+
+@dataclass(frozen=True, kw_only=True)
+class Transformer:
+    """Decoder-only transformer dimensions (public facts for the presets). ``mlp`` is ``gelu`` (two matrices)
+    or ``swiglu`` (three, as in LLaMA); ``kv_heads`` < ``heads`` is grouped-query attention."""
+
+    layers: int
+    hidden: int
+    heads: int
+    vocab: int
+    seq_len: int
+    ffn: int
+    kv_heads: int | None = None
+    mlp: str = "gelu"
+    norm: str = "layernorm"
+
+    def param_count(self, *, biases: bool, tied: bool) -> int:
+        h, kv = self.hidden, (self.kv_heads or self.heads) * (self.hidden // self.heads)
+        attn = h * h * 2 + h * kv * 2 + ((h + 2 * kv + h) if biases else 0)
+        mats = 3 if self.mlp == "swiglu" else 2
+        mlp = mats * h * self.ffn + ((self.ffn + h) if biases else 0)
+        norm = 2 * h if self.norm == "layernorm" else h
+        embed = self.vocab * h * (1 if tied else 2) + (self.seq_len * h if self.norm == "layernorm" else 0)
+        return embed + self.layers * (attn + mlp + 2 * norm) + norm + (self.vocab if biases and not tied else 0)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSpec:
+    """``shapes`` (every parameter's shape, in model order) make per-rank shard sizes exact; ``transformer``
+    makes activations computable; ``activation_bytes`` is a measured count per micro-batch instead."""
+
+    name: str
+    params: int
+    shapes: tuple[tuple[int, ...], ...] | None = None
+    transformer: Transformer | None = None
+    activation_bytes: int | None = None
+    activation_batch: int | None = None  # the micro-batch activation_bytes was counted at
+    note: str = ""
+
+
+def _gpt2(layers: int, hidden: int, heads: int) -> Transformer:
+    return Transformer(layers=layers, hidden=hidden, heads=heads, vocab=50257, seq_len=1024, ffn=4 * hidden)
+
+
+def _llama(layers: int, hidden: int, heads: int, ffn: int, seq: int, kv: int | None = None) -> Transformer:
+    return Transformer(layers=layers, hidden=hidden, heads=heads, vocab=32000, seq_len=seq, ffn=ffn, kv_heads=kv,
+                       mlp="swiglu", norm="rmsnorm")
+
+
+# GPT-2 (Radford et al. 2019: tied embeddings, learned positions, biases); LLaMA 7B/13B (Touvron et al. 2023,
+# 2,048 tokens) and Llama 2 70B (grouped-query attention with 8 key/value heads, 4,096 tokens). No biases.
+PRESETS: dict[str, tuple[Transformer, dict[str, bool], str]] = {
+    "gpt2": (_gpt2(12, 768, 12), {"biases": True, "tied": True}, "GPT-2 small"),
+    "gpt2-medium": (_gpt2(24, 1024, 16), {"biases": True, "tied": True}, "GPT-2 medium"),
+    "gpt2-xl": (_gpt2(48, 1600, 25), {"biases": True, "tied": True}, "GPT-2 XL"),
+    "llama-7b": (_llama(32, 4096, 32, 11008, 2048), {"biases": False, "tied": False}, "LLaMA 7B"),
+    "llama-13b": (_llama(40, 5120, 40, 13824, 2048), {"biases": False, "tied": False}, "LLaMA 13B"),
+    "llama-70b": (_llama(80, 8192, 64, 28672, 4096, kv=8), {"biases": False, "tied": False}, "Llama 2 70B"),
+}
+BUNDLED = ("mlp", "gpt")
+
+
+def from_params(count: float) -> ModelSpec:
+    if not math.isfinite(count) or count < 1:
+        raise ConfigError(f"--params {count:g} must be a positive number of parameters, e.g. 1.3e9")
+    if count > MAX_PARAMS:
+        raise ConfigError(f"--params {count:g} is more than {MAX_PARAMS:g} parameters",
+                          hint="check the exponent: 1.3e9 is 1.3 billion")
+    return ModelSpec(name=f"{_human(count)} parameters", params=int(count))
+
+
+def from_preset(name: str) -> ModelSpec:
+    found = PRESETS.get(name.lower())
+    if found is None:
+        raise ConfigError(f'unknown model preset "{name}" (presets: {", ".join(PRESETS)}).'
+                          f"{did_you_mean(name.lower(), PRESETS)}",
+                          hint="or give --params N, or --model package.module:factory")
+    arch, kind, title = found
+    return ModelSpec(name=name.lower(), params=arch.param_count(**kind), transformer=arch, note=title)
+
+
+def from_bundled(name: str, width: int | None = None, depth: int | None = None) -> ModelSpec:
+    """A bundled `compare` workload, built on the meta device with the sizes `compare` would use."""
+    import torch
+
+    from paratrain.workloads import get
+
+    kwargs = {k: v for k, v in (("width", width), ("depth", depth)) if v is not None}
+    model = _on_meta(lambda: get(name).build(**kwargs).model)
+    if name == "gpt":
+        from paratrain.workloads.gpt import SEQ_LEN
+
+        hidden = model.tok.embedding_dim
+        arch = Transformer(layers=len(model.blocks), hidden=hidden, heads=model.blocks[0].heads,
+                           vocab=model.tok.num_embeddings, seq_len=SEQ_LEN, ffn=4 * hidden)
+        return _spec_of(model, f"gpt workload (width {hidden}, depth {arch.layers})", transformer=arch)
+    x = torch.zeros(1, model[0].in_features, device="meta")
+    return _spec_of(model, f"mlp workload (width {model[0].out_features})", example=(x,))
+
+
+def from_factory(target: str) -> ModelSpec:
+    """``package.module:factory`` returning a module, or ``(module, example_inputs)`` to count activations too."""
+    module_name, _, attr = target.partition(":")
+    if not module_name or not attr:
+        raise ConfigError(f'--model "{target}" must be a preset ({", ".join(PRESETS)}), a bundled workload '
+                          f"({', '.join(BUNDLED)}) or package.module:factory")
+    try:
+        factory = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError) as exc:
+        raise ConfigError(f'--model "{target}": cannot import it ({exc})',
+                          hint="run from the folder that holds the package, or install it") from None
+    import torch
+
+    made = _on_meta(factory)
+    model, example = (made[0], tuple(made[1]) if isinstance(made[1], (tuple, list)) else (made[1],)) \
+        if isinstance(made, tuple) else (made, None)
+    if not isinstance(model, torch.nn.Module):
+        raise ConfigError(f'--model "{target}" returned {type(model).__name__}, not a torch.nn.Module',
+                          hint="return the module, or (module, example_inputs)")
+    return _spec_of(model, target, example=example)
+
+
+def resolve(model: str | None, params: float | None, width: int | None = None,
+            depth: int | None = None) -> ModelSpec:
+    if (model is None) == (params is None):
+        raise ConfigError("say which model: --params N, or --model with a preset, a bundled workload or "
+                          "package.module:factory", hint="e.g. --params 1.3e9 or --model llama-7b")
+    if params is not None:
+        return from_params(params)
+    assert model is not None
+    if model.lower() in PRESETS:
+        return from_preset(model)
+    if model in BUNDLED:
+        return from_bundled(model, width, depth)
+    if ":" in model:
+        return from_factory(model)
+    return from_preset(model)  # reports the nearest preset
+
+
+def _on_meta(factory: Callable[[], Any]) -> Any:
+    """Build on the meta device: shapes and dtypes without a byte of memory, so a 70B module costs nothing."""
+    import torch
+
+    with torch.device("meta"):
+        return factory()
+
+
+def _spec_of(model: torch.nn.Module, name: str, *, transformer: Transformer | None = None,
+             example: tuple[Any, ...] | None = None) -> ModelSpec:
+    shapes = tuple(tuple(p.shape) for p in model.parameters())
+    count = sum(math.prod(s) for s in shapes)
+    if count == 0:
+        raise ConfigError(f"{name} has no parameters", hint="check that the factory builds the model")
+    act = batch = None
+    note = ""
+    if example is not None and transformer is None:
+        act, batch = saved_activation_bytes(model, lambda: model(*example)), _batch_of(example)
+        note = "activations counted on the meta device at the example's batch size"
+    return ModelSpec(name=name, params=count, shapes=shapes, transformer=transformer, activation_bytes=act,
+                     activation_batch=batch, note=note)
+
+
+def _batch_of(example: tuple[Any, ...]) -> int:
+    import torch
+
+    first = next((t for t in example if isinstance(t, torch.Tensor) and t.dim() > 0), None)
+    return int(first.shape[0]) if first is not None else 1
+
+
+def saved_activation_bytes(model: torch.nn.Module, forward: Callable[[], Any]) -> int:
+    """Bytes the forward pass keeps for backward: every distinct storage autograd saves, parameters excluded.
+
+    Counted by storage, not by tensor, because views (q, k, v split from one projection) share memory.
+    """
+    import torch
+
+    params = {p.untyped_storage()._cdata for p in model.parameters()}
+    seen: dict[int, int] = {}
+
+    def pack(t: torch.Tensor) -> torch.Tensor:
+        storage = t.untyped_storage()
+        if storage._cdata not in params:
+            seen[storage._cdata] = storage.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        forward()
+    return sum(seen.values())
+
+
+def _human(count: float) -> str:
+    for unit, size in (("T", 1e12), ("B", 1e9), ("M", 1e6), ("K", 1e3)):
+        if count >= size:
+            return f"{count / size:.3g}{unit}"
+    return f"{count:.0f}"

@@ -1,0 +1,62 @@
+"""The model against real runs: the state each rank holds in a real 2-process `compare` of the bundled gpt, the
+bytes its forward pass saves for backward, and the history lookup that puts those measurements beside estimates."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from paratrain.advise import activations, measured, memory, models
+from paratrain.advise.methods import get
+from paratrain.bench import store
+from paratrain.bench.compare import CompareSettings, default_strategies, run_compare
+
+WIDTH, DEPTH = 32, 1
+METHODS = [*default_strategies(), "fsdp:shard=grad_op", "fsdp:shard=none"]
+
+
+@pytest.fixture(scope="module")
+def compared(tmp_path_factory):
+    out = tmp_path_factory.mktemp("calibration")
+    settings = CompareSettings(workload="gpt", strategies=METHODS, nproc=[2], steps=3, warmup=1, width=WIDTH,
+                               depth=DEPTH, timeout=240)
+    results = run_compare(settings, out)
+    store.save_run(results, out, db=out / "history.db")
+    return results, out / "history.db"
+
+
+def test_state_bytes_equal_the_model_exactly(compared):
+    results, _ = compared
+    spec = models.from_bundled("gpt", WIDTH, DEPTH)
+    ok = [c for c in results["cells"] if c["status"] == "ok"]
+    assert {c["strategy"] for c in ok} >= {"single", "ddp", "fsdp", "fsdp:shard=grad_op", "fsdp:shard=none"}, \
+        [(c["key"], c["status"], c.get("error")) for c in results["cells"]]
+    for cell in ok:
+        ranks = len(cell["state_bytes"])
+        plan = memory.Plan(ranks=ranks, optimizer="adamw")  # the bundled workloads train with AdamW in fp32
+        predicted = [memory.rank_memory(spec, get(cell["strategy"]).sharding, plan, rank=r).state
+                     for r in range(ranks)]
+        assert cell["state_bytes"] == predicted, cell["key"]
+        assert cell["param_count"] == spec.params
+
+
+@pytest.mark.parametrize(("width", "depth", "batch"), [(64, 2, 32), (128, 3, 8)])
+def test_activation_formula_matches_what_autograd_saves(width, depth, batch):
+    from paratrain.workloads.gpt import build
+
+    built = build(width, depth)
+    x = torch.stack([built.train[i][0] for i in range(batch)])
+    y = torch.stack([built.train[i][1] for i in range(batch)])
+    saved = models.saved_activation_bytes(built.model, lambda: built.loss_fn(built.model(x), y))
+    predicted = activations.activation_bytes(models.from_bundled("gpt", width, depth).transformer, batch, 4)
+    assert abs(predicted - saved) / saved < 0.10, (predicted, saved)
+
+
+def test_history_measurements_are_found_for_the_same_model(compared):
+    results, db = compared
+    spec = models.from_bundled("gpt", WIDTH, DEPTH)
+    found = measured.measurements(spec.params, world=2, db=db)
+    assert found["single"]["speedup"] == 1.0 and found["ddp"]["nproc"] == 2
+    assert found["ddp"]["run"] == results["id"]
+    assert measured.measurements(spec.params + 1, world=2, db=db) == {}  # another model: nothing
+    assert "ddp" not in measured.measurements(spec.params, world=1, db=db)  # measured at a larger scale

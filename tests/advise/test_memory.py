@@ -1,0 +1,91 @@
+"""The memory model against published figures and against torch's own layout."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from paratrain.advise import memory, models
+from paratrain.advise.methods import get
+from paratrain.errors import ConfigError
+
+GB = 1e9
+
+
+def _state(spec: str, model: models.ModelSpec, plan: memory.Plan) -> int:
+    return memory.rank_memory(model, get(spec).sharding, plan).state
+
+
+def test_zero_paper_table():
+    """Rajbhandari et al. 2020, Table 1: 7.5B parameters, 64 GPUs, mixed-precision Adam (K = 12)."""
+    model = models.from_params(7.5e9)
+    plan = memory.Plan(ranks=64, precision="fp16-mixed", optimizer="adam")
+    expected = {"ddp": 120, "deepspeed:zero1": 31.4, "deepspeed:zero2": 16.6, "deepspeed:zero3": 1.9}
+    for spec, gb in expected.items():
+        assert round(_state(spec, model, plan) / GB, 1) == gb, spec
+    assert _state("fsdp", model, plan) == _state("deepspeed:zero3", model, plan)
+
+
+@pytest.mark.parametrize(("name", "count"), [
+    ("gpt2", 124_439_808), ("gpt2-medium", 354_823_168), ("gpt2-xl", 1_557_611_200),
+    ("llama-7b", 6_738_415_616), ("llama-13b", 13_015_864_320), ("llama-70b", 68_976_648_192)])
+def test_presets_count_the_published_parameters(name, count):
+    assert models.from_preset(name).params == count
+
+
+def test_bundled_workload_is_counted_from_the_real_module():
+    from paratrain.workloads.gpt import build
+
+    real = build(width=96, depth=3).model
+    spec = models.from_bundled("gpt", 96, 3)
+    assert spec.params == sum(p.numel() for p in real.parameters())
+    assert spec.shapes == tuple(tuple(p.shape) for p in real.parameters())
+
+
+def test_factory_counts_on_meta_and_measures_activations():
+    spec = models.from_factory("tests.helpers.advise_models:wide_mlp")
+    assert spec.params == 4096 * 4096 * 3 + 4096 * 3
+    assert spec.activation_batch == 8 and spec.activation_bytes > 0
+
+
+@pytest.mark.parametrize("rows", [1, 3, 7, 64])
+def test_shards_follow_torch_chunk(rows):
+    spec = models.ModelSpec(name="t", params=rows * 5, shapes=((rows, 5),))
+    plan = memory.Plan(ranks=4, optimizer="sgd")
+    pieces = [memory.rank_memory(spec, get("fsdp").sharding, plan, rank=r).params // 4 for r in range(4)]
+    assert pieces == [c.numel() for c in torch.empty(rows, 5).chunk(4)] + [0] * (4 - len(torch.empty(rows).chunk(4)))
+
+
+def test_optimizer_bytes_per_parameter():
+    spec = models.from_params(1000)
+    for opt, per in (("sgd", 0), ("sgd-momentum", 4), ("adamw", 8)):
+        assert memory.rank_memory(spec, get("ddp").sharding, memory.Plan(ranks=1, optimizer=opt)).optimizer == \
+            per * 1000
+    mixed = memory.rank_memory(spec, get("ddp").sharding, memory.Plan(ranks=1, precision="bf16-mixed"))
+    assert (mixed.params, mixed.grads, mixed.optimizer) == (2000, 2000, 12000)
+
+
+def test_checkpointing_and_precision_shrink_activations():
+    spec = models.from_preset("gpt2")
+    full = memory.rank_memory(spec, get("ddp").sharding, memory.Plan(ranks=8, micro_batch=4)).activations
+    ckpt = memory.rank_memory(spec, get("ddp").sharding,
+                              memory.Plan(ranks=8, micro_batch=4, checkpointing=True)).activations
+    half = memory.rank_memory(spec, get("ddp").sharding,
+                              memory.Plan(ranks=8, micro_batch=4, precision="bf16-mixed")).activations
+    assert ckpt < full / 2 and half < full  # the fp32 log-softmax over 50k tokens stays either way
+    assert math.isclose(memory.rank_memory(spec, get("ddp").sharding, memory.Plan(ranks=8, micro_batch=8))
+                        .activations / full, 2, rel_tol=0.01)
+
+
+@pytest.mark.parametrize(("value", "needle"), [(0, "positive"), (-5, "positive"), (1e20, "more than"),
+                                               (float("nan"), "positive")])
+def test_bad_parameter_counts(value, needle):
+    with pytest.raises(ConfigError, match=needle):
+        models.from_params(value)
+
+
+def test_unknown_preset_suggests_the_nearest():
+    with pytest.raises(ConfigError, match='Did you mean "llama-7b"'):
+        models.resolve("llama-7", None)

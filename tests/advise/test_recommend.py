@@ -1,0 +1,74 @@
+"""The ranking: what fits, what is cheapest on the link, what measurements say."""
+
+from __future__ import annotations
+
+from paratrain.advise import comm, memory, models, recommend
+
+NVLINK = comm.Link("nvlink", comm.LINKS["nvlink"])
+
+
+def _advise(params: float, gpus: int, mem: float, nodes: int = 1, measured=None, **plan):
+    hw = recommend.Hardware(gpus=gpus, gpu_mem_gib=mem, link=NVLINK, nodes=nodes, host_mem_gib=512)
+    return recommend.advise(models.from_params(params), hw, memory.Plan(ranks=hw.world, **plan), measured=measured)
+
+
+def _row(result, spec):
+    return next(r for r in result["methods"] if r["method"] == spec)
+
+
+def test_fits_everywhere_gets_ddp():
+    result = _advise(1e8, gpus=8, mem=80)
+    assert result["recommendation"][0] == "ddp"
+    assert all(r["fits"] for r in result["methods"])
+    assert result["recommendation"][-1] == "single"  # it leaves seven GPUs idle
+
+
+def test_one_gpu_gets_single():
+    assert _advise(1e8, gpus=1, mem=80)["recommendation"][0] == "single"
+
+
+def test_fits_only_sharded_gets_the_least_communication():
+    result = _advise(3e9, gpus=8, mem=40)  # fp32 Adam: 48 GB replicated, 6 GB sharded
+    assert not _row(result, "ddp")["fits"]
+    first = result["recommendation"][0]
+    fitting = [r for r in result["methods"] if r["fits"] and r["usable"]]
+    assert _row(result, first)["comm_bytes_per_step"] == min(r["comm_bytes_per_step"] for r in fitting)
+    assert first == "fsdp:shard=grad_op"  # equal bytes to zero1/zero2, and runnable here
+    assert "fits" in result["reasons"][first] and "GB per step" in result["reasons"][first]
+
+
+def test_fits_nowhere_says_what_would():
+    result = _advise(2e11, gpus=8, mem=80)  # 3.2 TB of fp32 Adam state
+    assert result["recommendation"] == []
+    text = " ".join(result["fixes"])
+    assert "64 GPUs per node" in text and "bf16-mixed" in text
+    assert "host memory per node" in result["reasons"]["deepspeed:zero3,offload=all"]  # 3.2 TB > 512 GiB
+
+
+def test_fits_only_offloaded():
+    result = _advise(1.5e10, gpus=1, mem=80)  # 240 GB of fp32 Adam state, one GPU, 512 GiB of host memory
+    assert result["recommendation"] == ["deepspeed:zero3,offload=all"]
+
+
+def test_one_machine_methods_drop_out_across_nodes():
+    result = _advise(1e8, gpus=8, mem=80, nodes=2)
+    assert "dp" not in result["recommendation"] and "single" not in result["recommendation"]
+    assert _row(result, "dp")["unusable_because"] == "one machine only"
+    assert _row(result, "ddp")["devices"] == 16
+
+
+def test_measurements_outrank_estimates():
+    measured = {"single": {"key": "single×1", "nproc": 1, "speedup": 1.0, "run": "r"},
+                "ddp": {"key": "ddp×2", "nproc": 2, "speedup": 0.5, "run": "r"}}
+    result = _advise(1e6, gpus=2, mem=8, measured=measured)
+    assert result["recommendation"][:2] == ["single", "ddp"]
+    assert "measured: ddp×2 0.50× single" in result["reasons"]["ddp"]
+
+
+def test_json_contract():
+    result = _advise(1e8, gpus=4, mem=24)
+    assert {"methods", "recommendation", "reasons"} <= set(result)
+    row = result["methods"][0]
+    assert {"method", "per_rank_bytes", "fits", "comm_bytes_per_step"} <= set(row)
+    assert {"params", "grads", "optimizer", "activations", "total"} <= set(row["per_rank_bytes"])
+    assert set(result["reasons"]) == {r["method"] for r in result["methods"]}

@@ -1,0 +1,74 @@
+"""``paratrain advise`` through the real entry point: flags only on this GPU-less machine, and this machine's GPUs
+(count, memory, NVLink, bf16) through the fake NVML at the hardware boundary."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from paratrain.cli.main import main
+from paratrain.devices import inventory
+from tests.helpers.fake_pynvml import FakeNvml
+
+
+@pytest.fixture(autouse=True)
+def _wide_terminal(monkeypatch, tmp_path):
+    monkeypatch.setenv("COLUMNS", "200")
+    monkeypatch.setenv("PARATRAIN_HOME", str(tmp_path))  # no history: estimates only
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+
+
+def _json(capsys, *argv: str) -> dict:
+    assert main(["advise", *argv, "--json"]) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+def test_table_and_recommendation(capsys):
+    assert main(["advise", "--model", "gpt2-xl", "--gpus", "4", "--gpu-mem", "24", "--micro-batch", "4",
+                 "--precision", "bf16-mixed"]) == 0
+    out = capsys.readouterr().out
+    assert "gpt2-xl (GPT-2 XL): 1,557,611,200 parameters" in out
+    assert "Memory per GPU" in out and "How each one runs" in out
+    assert "Recommendation" in out and "1. fsdp:shard=grad_op: fits" in out  # ddp needs 36 GiB of 21.6
+
+
+def test_json_contract(capsys):
+    result = _json(capsys, "--params", "1.3e9", "--gpus", "8", "--gpu-mem", "80")
+    assert result["recommendation"][0] == "ddp"
+    specs = [m["method"] for m in result["methods"]]
+    assert {"ddp", "fsdp:shard=grad_op", "deepspeed:zero2", "horovod", "multiworker"} <= set(specs)
+    ddp = result["methods"][specs.index("ddp")]
+    assert ddp["per_rank_bytes"]["params"] == 4 * 1_300_000_000  # fp32 without a bf16 GPU here
+    assert ddp["comm_bytes_per_step"] == round(2 * 4 * 1.3e9 * 7 / 8)
+    assert result["plan"]["precision"] == "fp32" and result["plan"]["hardware_from"] == "flags"
+
+
+def test_nothing_fits_says_so(capsys):
+    assert main(["advise", "--model", "llama-70b", "--gpus", "8", "--gpu-mem", "40", "--host-mem", "64"]) == 0
+    out = capsys.readouterr().out
+    assert "Nothing fits" in out and "What would make it fit" in out
+
+
+def test_hardware_from_this_machine(monkeypatch, capsys):
+    fake = FakeNvml(4, nvlinks={(a, b): 4 for a in range(4) for b in range(a + 1, 4)})
+    monkeypatch.setattr(inventory, "nvml_module", lambda: fake)
+    result = _json(capsys, "--model", "gpt2")
+    plan = result["plan"]
+    assert (plan["gpus_per_node"], plan["gpu_mem_gib"], plan["hardware_from"]) == (4, 80.0, "this machine")
+    assert plan["interconnect"]["name"] == "nvlink" and plan["precision"] == "bf16-mixed"
+    assert main(["advise", "--model", "gpt2", "--gpus", "8"]) == 2
+    assert "this machine has 4 visible GPU(s)" in capsys.readouterr().err
+
+
+def test_probe_measures_the_link(capsys):
+    result = _json(capsys, "--params", "1e8", "--gpus", "2", "--gpu-mem", "16", "--probe")
+    assert result["plan"]["interconnect"]["name"].startswith("measured (gloo")
+
+
+def test_factory_model(capsys):
+    result = _json(capsys, "--model", "tests.helpers.advise_models:wide_mlp", "--gpus", "2", "--gpu-mem", "16")
+    assert result["model"]["params"] == 4096 * 4096 * 3 + 4096 * 3 and result["model"]["shapes_known"]
+    assert main(["advise", "--model", "tests.helpers.advise_models:not_a_module", "--gpus", "2",
+                 "--gpu-mem", "16"]) == 2
+    assert "not a torch.nn.Module" in capsys.readouterr().err
