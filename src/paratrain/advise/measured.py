@@ -1,8 +1,9 @@
 """What ``paratrain compare`` measured on the same model, read from the run history.
 
 A run's cells carry ``param_count`` (the whole model's); a cell counts when it equals the model being advised on,
-so a bundled workload, a ``--model`` factory and an exact ``--params`` all find their measurements. Per method
-the newest run wins, and in it the largest world size that does not exceed the one being planned for.
+so a bundled workload, a ``--model`` factory and an exact ``--params`` all find their measurements. A cell counts
+only at the world size being planned for (ddp×2 says nothing about ddp×8), single×1 always, as the reference;
+the newest run that measured the model wins.
 """
 
 from __future__ import annotations
@@ -26,12 +27,12 @@ def measurements(params: int, world: int, db: str | Path | None = None) -> dict[
     for run in runs:
         results = store.load_run(run["id"], db)
         cells = [c for c in results.get("cells", []) if c.get("status") == "ok" and c.get("samples_per_s")
-                 and c.get("param_count") == params and c.get("nproc", 1) <= world]
+                 and c.get("param_count") == params]
         ref = next((c for c in cells if c["strategy"] == "single" and c["nproc"] == 1), None)
         if ref is None:
             continue
-        for cell in sorted(cells, key=lambda c: -c["nproc"]):
-            if cell["strategy"] not in found:
+        for cell in cells:
+            if cell["nproc"] == world or cell is ref:
                 found[cell["strategy"]] = {"key": cell["key"], "nproc": cell["nproc"], "run": results["id"],
                                            "speedup": cell["samples_per_s"] / ref["samples_per_s"]}
         if found:

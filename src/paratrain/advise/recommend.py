@@ -100,6 +100,10 @@ def _gib(n: float) -> str:
     return f"{n / GIB:.1f} GiB"
 
 
+def _duration(seconds: float) -> str:
+    return f"{seconds:.3g} s" if seconds >= 1 else f"{seconds * 1e3:.3g} ms"
+
+
 def _reason(row: Row, hw: Hardware) -> str:
     m, mem = row.model, row.memory
     parts = []
@@ -118,7 +122,7 @@ def _reason(row: Row, hw: Hardware) -> str:
     if row.comm_bytes or row.host_bytes:
         parts.append(f"sends {row.comm_bytes / 1e9:.3g} GB per step"
                      + (f" and moves {row.host_bytes / 1e9:.3g} GB to and from the host" if row.host_bytes else "")
-                     + f" (≈{row.comm_s * 1e3:.3g} ms on {hw.link.name})")
+                     + f" (≈{_duration(row.comm_s)} on {hw.link.name})")
     parts.append(m.what)
     if row.measured:
         parts.append(f"measured: {row.measured['key']} {row.measured['speedup']:.2f}× single "
@@ -128,30 +132,32 @@ def _reason(row: Row, hw: Hardware) -> str:
     return "; ".join(parts)
 
 
+def _first_fit(model: ModelSpec, hw: Hardware, plan: memory.Plan, framework: str) -> str | None:
+    return next((m.spec for m in METHODS if (r := _row(model, m, hw, plan, framework)).fits and r.usable), None)
+
+
 def _what_would_fit(model: ModelSpec, hw: Hardware, plan: memory.Plan, framework: str) -> list[str]:
-    """When nothing fits: the smallest change that makes something fit."""
+    """When nothing fits: the smallest changes that make something fit — on this hardware first, then with more
+    GPUs (fsdp sharding the state further), each with and without activation checkpointing."""
     tips = []
-    sharded = next(m for m in METHODS if m.spec == "fsdp")
-    for gpus in (2 ** k for k in range(1, 13)):
-        if gpus * hw.nodes > hw.world and gpus <= MAX_SUGGESTED_GPUS:
-            more = replace(hw, gpus=gpus)
-            if _row(model, sharded, more, plan, framework).fits:
-                tips.append(f"{gpus} GPUs per node (fsdp shards the state {gpus * hw.nodes} ways)")
-                break
-    if framework == "torch":
-        offload = next(m for m in METHODS if m.spec == "deepspeed:zero3,offload=all")
-        row = _row(model, offload, hw, plan, framework)
-        if row.fits:
-            tips.append(f"deepspeed:zero3,offload=all ({_gib(row.memory.host)} of host memory per rank)")
+    variants = [("", plan)]
     if not plan.checkpointing:
-        ckpt = replace(plan, checkpointing=True)
-        fitting = [m.spec for m in METHODS if (r := _row(model, m, hw, ckpt, framework)).fits and r.usable]
-        if fitting:
-            tips.append(f"activation checkpointing (--checkpointing: then {fitting[0]} fits)")
+        variants.append(("activation checkpointing (--checkpointing)", replace(plan, checkpointing=True)))
+    if plan.precision == "fp32":
+        variants.append(("--precision bf16-mixed", replace(plan, precision="bf16-mixed")))
+    for change, variant in variants:
+        if change and (spec := _first_fit(model, hw, variant, framework)):
+            tips.append(f"{change}: then {spec} fits")
+            continue
+        sharded = next(m for m in METHODS if m.spec == "fsdp")
+        for gpus in (2 ** k for k in range(1, 13)):
+            if hw.gpus < gpus <= MAX_SUGGESTED_GPUS and _row(model, sharded, replace(hw, gpus=gpus), variant,
+                                                               framework).fits:
+                more = f"{gpus} GPUs per node (fsdp shards the state {gpus * hw.nodes} ways)"
+                tips.append(f"{change} and {more}" if change else more)
+                break
     if plan.micro_batch > 1:
         tips.append("a smaller --micro-batch (gradient accumulation keeps the global batch)")
-    if plan.precision == "fp32":
-        tips.append("--precision bf16-mixed (16-bit activations)")
     return tips
 
 
