@@ -29,8 +29,8 @@ gradients, fp32 master weights in the optimizer share); 90 % of a GPU's memory c
 Examples:
 
   paratrain advise --params 1.3e9 --gpus 8 --gpu-mem 80
-  paratrain advise --model llama-7b --gpus 8 --gpu-mem 40 --nodes 2 --interconnect infiniband
-  paratrain advise --model gpt --width 256 --depth 4 --gpus 2 --gpu-mem 8 --json
+  paratrain advise --model llama-7b --gpus 8 --gpu-mem 40 --nodes 2
+  paratrain advise --model gpt --width 256 --gpus 2 --gpu-mem 8 --json
 """)
 
 
