@@ -59,7 +59,7 @@ def parse_extra():
     import argparse
 
     p = argparse.ArgumentParser()
-    p.add_argument("--grad-accum", type=int, default=1)
+    p.add_argument("--grad-accum", type=int, default=None, help="micro-batches per step (or run --grad-accum)")
     p.add_argument("--save", default=None, help="checkpoint directory to write at the end")
     p.add_argument("--load", default=None, help="checkpoint directory to resume from")
     return p.parse_known_args()[0]

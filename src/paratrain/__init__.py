@@ -5,9 +5,11 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 __version__ = "0.1.0"
-__all__ = ["Session", "__version__"]
+__all__ = ["Session", "TrainOptions", "__version__", "launch"]
 
 if TYPE_CHECKING:
+    from paratrain.launcher.api import launch
+    from paratrain.options import TrainOptions
     from paratrain.session import Session
 
 
@@ -17,4 +19,12 @@ def __getattr__(name: str):
         from paratrain.session import Session
 
         return Session
+    if name == "launch":
+        from paratrain.launcher.api import launch
+
+        return launch
+    if name == "TrainOptions":
+        from paratrain.options import TrainOptions
+
+        return TrainOptions
     raise AttributeError(f"module 'paratrain' has no attribute {name!r}")

@@ -17,6 +17,8 @@ import torch
 import torch.distributed as dist
 
 from paratrain import checkpoint, metrics
+from paratrain import options as train_options
+from paratrain import precision as amp
 from paratrain.console import notice, user_print
 from paratrain.data import MicroBatch, ShardedLoader
 from paratrain.distenv import DistEnv
@@ -32,9 +34,12 @@ ReduceOp = Literal["mean", "sum", "max", "min"]
 class Session:
     """Train one model under the method chosen by ``paratrain run`` (or ``Session("ddp")``).
 
-    ``grad_accum=K`` splits every global batch into K micro-batches per rank and steps the optimizer once per
-    global batch, so K never changes the math. ``per_rank_batch=True`` reads the loader's batch_size as per rank.
-    ``seed`` seeds the (rank-identical) shuffle of a ``shuffle=True`` loader. ``checkpoint_dir`` +
+    The training options (:class:`paratrain.options.TrainOptions`) mean the same under every method, and may come
+    from here or from ``paratrain run`` flags / ``paratrain.toml`` (a value set both ways differently is an error):
+    ``precision`` (fp32, bf16-mixed, fp16-mixed, bf16-true), ``grad_clip`` (max global gradient norm),
+    ``compile`` (torch.compile the model; True or a backend name), ``seed`` (Python, NumPy, torch and the loader's
+    shuffle, identically on every rank), ``grad_accum=K`` (K micro-batches per rank per optimizer step, never
+    changing the math) and ``per_rank_batch`` (the loader's batch_size read as per rank). ``checkpoint_dir`` +
     ``checkpoint_every`` save every N optimizer steps and resume from the newest complete checkpoint in ``prepare``
     (keeping the newest ``keep``, default 2) — also set by ``paratrain run --checkpoint-dir/--checkpoint-every``.
     """
@@ -43,16 +48,20 @@ class Session:
         self,
         strategy: str | None = None,
         *,
-        grad_accum: int = 1,
-        per_rank_batch: bool = False,
-        seed: int = 0,
+        precision: str | None = None,
+        grad_clip: float | None = None,
+        compile: bool | str | None = None,
+        seed: int | None = None,
+        grad_accum: int | None = None,
+        per_rank_batch: bool | None = None,
         checkpoint_dir: str | None = None,
         checkpoint_every: int | None = None,
         keep: int | None = None,
     ) -> None:
         _install_failure_hook()
-        if grad_accum < 1:
-            raise ConfigError(f"grad_accum={grad_accum} must be 1 or more")
+        self.options = train_options.resolve(
+            {"precision": precision, "grad_clip": grad_clip, "compile": compile, "seed": seed,
+             "grad_accum": grad_accum, "per_rank_batch": per_rank_batch}, train_options.from_env())
         self.env = DistEnv.from_environ()
         spec = _choose_spec(strategy, self.env)
         cls, options = registry.resolve(spec, self.env.options)
@@ -65,12 +74,14 @@ class Session:
             )
         self._strategy: Strategy = cls(options, self.env)
         self._auto = _auto_checkpoint(self.env, checkpoint_dir, checkpoint_every, keep)
-        self.grad_accum = grad_accum
-        self.per_rank_batch = per_rank_batch
-        self.seed = seed
+        self.grad_accum = self.options.grad_accum
+        self.per_rank_batch = self.options.per_rank_batch
+        self.seed = self.options.seed if self.options.seed is not None else 0
+        self.grad_norm: float | None = None  # the global gradient norm before the last clipping (grad_clip only)
+        self._scaler: torch.amp.GradScaler | None = None
         self.step_count = 0
         self._micro_done = 0
-        self._loss_weight = 1.0 / grad_accum
+        self._loss_weight = 1.0 / self.grad_accum
         self._micro_samples = 0  # samples in the current micro-batch (0 for padding), for throughput
         self._model: torch.nn.Module | None = None
         self._optimizer: torch.optim.Optimizer | None = None
@@ -82,7 +93,11 @@ class Session:
         self._used = {"model": True, "loader": True}  # did the script train with what prepare() returned?
         self._checked_use = False
         self._use_hook: Any = None  # the forward hook that notices the prepared model in use; gone after step 1
+        self._check_options()
         self._strategy.setup()
+        amp.check_supported(self.options.precision, self.device)
+        if self.options.seed is not None:
+            _seed_everything(self.options.seed)
         self._metrics = metrics.StepRecorder.from_env(self.rank)
         self._progress = Progress.from_env(self.rank)
         atexit.register(self.close)
@@ -127,8 +142,17 @@ class Session:
                 "ReduceLROnPlateau steps on a metric (scheduler.step(val_loss)), which session.step() cannot give it",
                 hint="leave it out of prepare() and call scheduler.step(metric) yourself after evaluating",
             )
+        opts = self.options
+        if opts.precision == "bf16-true":
+            model = model.to(torch.bfloat16)  # in place: the optimizer's parameters are the same objects
         with self._progress.phase("session.prepare"):
+            self._strategy.precision = opts.precision
             wrapped, optimizer = self._strategy.wrap(model, optimizer)
+        if opts.precision not in self._strategy.native_precision:
+            amp.apply(wrapped, opts.precision, self.device)
+        if opts.compile_backend is not None:
+            wrapped.compile(backend=opts.compile_backend)  # in place: state dict keys stay the user's
+        self._scaler = amp.scaler(opts.precision, self.device)
         if wrapped is not model:  # DDP/DP wrappers: a forward through the user's own module would skip the sync
             self._used["model"] = False
             self._use_hook = wrapped.register_forward_pre_hook(lambda *_: self._used.__setitem__("model", True))
@@ -177,8 +201,9 @@ class Session:
         """Backward of this rank's (mean) loss, weighted so the synchronised gradient is the global-batch mean."""
         weight = self._loss_weight
         self._metrics.backward(loss, weight, self._micro_samples)
+        loss = loss if weight == 1.0 else loss * weight
         with self._progress.phase("session.backward"):
-            self._strategy.backward(loss if weight == 1.0 else loss * weight)
+            self._strategy.backward(self._scaler.scale(loss) if self._scaler is not None else loss)
         self._micro_done += 1
 
     def step(self) -> None:
@@ -192,7 +217,13 @@ class Session:
         if not self._checked_use:
             self._check_prepared_objects_used()
         with self._progress.phase("session.step"):
-            self._strategy.step(self._optimizer)
+            if self.options.grad_clip is not None:
+                self._clip(self.options.grad_clip)
+            if self._scaler is not None:
+                self._scaler.step(self._optimizer)
+                self._scaler.update()
+            else:
+                self._strategy.step(self._optimizer)
         self._metrics.step_end(self.step_count + 1, self._model, self._optimizer)  # before grads are freed
         self._optimizer.zero_grad(set_to_none=True)
         if self._scheduler is not None:
@@ -203,6 +234,25 @@ class Session:
             self.save(str(self._auto.path_for(self.step_count)))
             if self.is_main:
                 self._auto.prune()
+
+    def _clip(self, max_norm: float) -> None:
+        """Clip the *global* gradient norm: under DDP the gradients are already the all-reduced ones; under FSDP they
+        are DTensor shards, whose norm torch reduces over every rank — never one shard's local norm."""
+        assert self._optimizer is not None and self._model is not None
+        if self._scaler is not None:
+            self._scaler.unscale_(self._optimizer)  # clip the true gradients, not the scaled ones
+        norm = torch.nn.utils.clip_grad_norm_(self._model.parameters(), max_norm)
+        self.grad_norm = float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+
+    def _check_options(self) -> None:
+        opts, cls = self.options, type(self._strategy)
+        if opts.precision not in cls.supported_precision:
+            allowed = ", ".join(p for p in train_options.PRECISIONS if p in cls.supported_precision)
+            raise ConfigError(f"{cls.method} does not support precision {opts.precision} (supported: {allowed})",
+                              hint="use bf16-mixed, or a method that has a gradient scaler (single, dp, ddp)")
+        if opts.compile_backend is not None and not cls.compilable:
+            raise ConfigError(f"{cls.method} cannot be compiled with torch.compile",
+                              hint="drop compile, or use ddp (one process per device), which can")
 
     def _step_scheduler(self) -> None:
         """A scheduler the script steps as well advances twice per optimizer step — its schedule over in half the
@@ -270,12 +320,15 @@ class Session:
             self._scheduler_at = getattr(self._scheduler, "last_epoch", None)
         if self._loader is not None and state.get("loader") is not None:
             self._loader.load_state_dict(state["loader"])
+        if self._scaler is not None and state.get("scaler") is not None:
+            self._scaler.load_state_dict(state["scaler"])
 
     def _trainer_state(self) -> dict[str, Any]:
         return {
             "step_count": self.step_count,
             "scheduler": self._scheduler.state_dict() if self._scheduler is not None else None,
             "loader": self._loader.state_dict() if self._loader is not None else None,
+            "scaler": self._scaler.state_dict() if self._scaler is not None else None,
         }
 
     def _require_model(self) -> None:
@@ -305,6 +358,21 @@ def _differs(requested: str, env: DistEnv) -> bool:
     if registry.parse_spec(requested)[0] != registry.parse_spec(env.strategy)[0]:
         return True
     return registry.resolve(requested)[1] != registry.resolve(env.strategy, env.options)[1]
+
+
+def _seed_everything(seed: int) -> None:
+    """The same seed on every rank: model initialisation, dropout streams and any random draw in the script start
+    alike under every method."""
+    import random
+
+    random.seed(seed)
+    try:
+        import numpy as np
+    except ImportError:
+        pass
+    else:
+        np.random.seed(seed)
+    torch.manual_seed(seed)  # seeds every CUDA device too
 
 
 def _install_failure_hook() -> None:

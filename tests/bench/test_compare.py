@@ -92,6 +92,20 @@ def test_users_own_script_is_measured_from_outside(tmp_path):
     assert cells["ddp×2"]["loss_max_abs_diff"] <= 1e-5
 
 
+def test_precision_applies_to_every_cell_and_the_report_says_so(tmp_path):
+    proc = check(paratrain("compare", "--strategies", "single,ddp", "--nproc", "1,2", "--steps", "12", "--warmup", "2",
+                           "--precision", "bf16-mixed", "--out", str(tmp_path / "out"), "--db",
+                           str(tmp_path / "h.db"), "--json", timeout=300))
+    results = json.loads(proc.stdout)
+    cells = {c["key"]: c for c in results["cells"]}
+    assert results["settings"]["precision"] == "bf16-mixed" and results["tolerance"] == 1e-2
+    assert 1e-5 < cells["ddp×2"]["loss_max_abs_diff"] <= 1e-2  # rounded differently, and still the same training
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "- Precision: bf16-mixed" in report and "--precision bf16-mixed" in report
+    recommendation = report.split("## Recommendation")[1].split("## ")[0]
+    assert "NOT EQUIVALENT" not in recommendation and "ddp×2" in recommendation
+
+
 def test_bad_requests_are_refused_before_running(tmp_path):
     with pytest.raises(ConfigError, match="none of the requested methods can run here"):
         plan_cells(CompareSettings(strategies=["horovod"]))

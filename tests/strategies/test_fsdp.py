@@ -30,17 +30,6 @@ def test_offload_on_cpu_machine_is_a_clear_error():
     assert "offload=cpu needs a GPU" in proc.stderr
 
 
-def test_bf16_mixed_precision_trains_close_to_fp32(tmp_path, reference):
-    from tests.helpers.launch import results
-
-    run = train("fsdp:mixed_precision=bf16", 2, tmp_path, "sgd", 200)
-    ref_losses, _ = results(reference("sgd"))
-    losses, _ = results(run)
-    # bf16 compute is not bit-equal by design; it must still train the same model to nearly the same loss.
-    assert abs(losses[-1] - ref_losses[-1]) < 0.05
-    assert max(abs(a - b) for a, b in zip(losses, ref_losses, strict=True)) > 0  # it really ran in bf16
-
-
 @pytest.mark.parametrize("strategy", ["fsdp", "ddp"])
 def test_every_rank_starts_from_rank0_weights(tmp_path, strategy):
     from tests.helpers.launch import ROOT, check

@@ -13,14 +13,14 @@ def test_every_design_name_is_registered():
 
 
 def test_spec_with_options_and_shorthands():
-    assert parse_spec("fsdp:shard=grad_op,bf16") == ("fsdp", {"shard": "grad_op", "bf16": ""})
-    cls, opts = registry.resolve("fsdp:grad_op,bf16")
-    assert cls is FSDPStrategy and opts == FSDPOptions(shard="grad_op", mixed_precision="bf16")
+    assert parse_spec("fsdp:shard=grad_op,offload") == ("fsdp", {"shard": "grad_op", "offload": ""})
+    cls, opts = registry.resolve("fsdp:grad_op,offload")
+    assert cls is FSDPStrategy and opts == FSDPOptions(shard="grad_op", offload="cpu")
 
 
 def test_environment_options_apply_and_spec_wins():
-    _, opts = registry.resolve("fsdp:shard=none", {"shard": "full", "mixed_precision": "bf16", "zero_stage": "2"})
-    assert opts == FSDPOptions(shard="none", mixed_precision="bf16")
+    _, opts = registry.resolve("fsdp:shard=none", {"shard": "full", "offload": "cpu", "zero_stage": "2"})
+    assert opts == FSDPOptions(shard="none", offload="cpu")
 
 
 def test_unknown_name_suggests_the_closest():

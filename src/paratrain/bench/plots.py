@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from paratrain.bench.report import TOLERANCE
+from paratrain.bench.report import tolerance
 
 MIB = 1 << 20
 FIGSIZE = (8.0, 4.5)
@@ -124,7 +124,8 @@ def _label(cell: dict[str, Any], ref: str | None) -> str:
     diff = cell.get("loss_max_abs_diff")
     if cell["key"] == ref:
         return f"{cell['key']} (ref)"
-    return cell["key"] + (f" (NOT EQUIVALENT, max |Δ| {diff:.1e})" if diff is not None and diff > TOLERANCE else "")
+    flagged = diff is not None and diff > tolerance(cell)
+    return cell["key"] + (f" (NOT EQUIVALENT, max |Δ| {diff:.1e})" if flagged else "")
 
 
 def plot_loss_curves(results: dict[str, Any], out_dir: Path) -> Path:

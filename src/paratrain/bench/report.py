@@ -39,9 +39,15 @@ def _sps(cell: dict[str, Any]) -> float | None:
     return cell.get("samples_per_s") if _ok(cell) else None
 
 
+def tolerance(item: dict[str, Any]) -> float:
+    """The equivalence tolerance a cell (or a whole run) was judged by: 1e-5 in fp32, wider in 16-bit precisions
+    (compare.finalize records it; older results have none and were fp32)."""
+    return item.get("tolerance") or TOLERANCE
+
+
 def _flagged(cell: dict[str, Any]) -> bool:
     diff = cell.get("loss_max_abs_diff")
-    return diff is not None and diff > TOLERANCE
+    return diff is not None and diff > tolerance(cell)
 
 
 def _max(values: list[int | None] | None) -> int | None:
@@ -92,7 +98,7 @@ def _other_line(cell: dict[str, Any], win: dict[str, Any] | None, ref_key: str |
              if win and cell.get("samples_per_s") is not None and win.get("samples_per_s") else "speed not measured")
     if _flagged(cell):
         return (f"{key}: NOT EQUIVALENT — max |Δloss| {cell['loss_max_abs_diff']:.1e} vs {ref_key} is above the "
-                f"{TOLERANCE:.0e} tolerance, so its {speed} does not count; check its loss curve and log.")
+                f"{tolerance(cell):.0e} tolerance, so its {speed} does not count; check its loss curve and log.")
     if key == ref_key:
         return f"{key} (the reference): {speed}."
     eff = cell.get("scaling_efficiency")
@@ -151,7 +157,7 @@ def recommend(results: dict[str, Any]) -> dict[str, Any]:
         lines.append(_winner_line(win, base, len(ok) - 1))
     elif ok:
         lines.append(f"No recommendation: every method that finished has losses that differ from {ref_key} by "
-                     f"more than {TOLERANCE:.0e}.")
+                     f"more than {tolerance(results):.0e}.")
     else:
         lines.append("No recommendation: no method finished; the reasons are below.")
     if ok and base is None:
@@ -233,7 +239,7 @@ def _status(cell: dict[str, Any]) -> tuple[str, str | None]:
 def _caption(results: dict[str, Any]) -> str:
     ref = results.get("reference")
     against = f"against {ref}" if ref else "not compared (no reference)"
-    return f"{WINNER_MARK} recommended · max |Δloss| {against}; above {TOLERANCE:.0e} = NOT EQUIVALENT"
+    return f"{WINNER_MARK} recommended · max |Δloss| {against}; above {tolerance(results):.0e} = NOT EQUIVALENT"
 
 
 def results_table(results: dict[str, Any]) -> Table:
@@ -284,6 +290,8 @@ def reproduce_command(results: dict[str, Any]) -> str:
     for key in ("steps", "warmup", "repeat", "scaling", "width", "depth"):  # the global batch follows the workload
         if s.get(key) is not None:
             cmd += [f"--{key}", str(s[key])]
+    if s.get("precision") not in (None, "fp32"):
+        cmd += ["--precision", str(s["precision"])]
     return shlex.join(cmd)
 
 
@@ -297,6 +305,7 @@ def _settings_md(results: dict[str, Any]) -> list[str]:
             f"- Steps: {s.get('steps')} (the first {s.get('warmup')} are warm-up, not timed), "
             f"repeat {s.get('repeat')}",
             f"- Scaling: {s.get('scaling')}, global batch {s.get('global_batch')}{tokens}",
+            f"- Precision: {s.get('precision') or 'fp32'}",
             f"- CPU threads: {_threads_text(results)}"]
 
 
@@ -328,8 +337,8 @@ def _equivalence_md(results: dict[str, Any]) -> list[str]:
     ref = results.get("reference")
     if not ref:
         return ["No reference cell ran, so losses were not compared between methods."]
-    lines = [f"Each cell's per-step loss is compared with {ref}; above {TOLERANCE:.0e} the cell is not training "
-             "the same model and its speed does not count.", ""]
+    lines = [f"Each cell's per-step loss is compared with {ref}; above {tolerance(results):.0e} the cell is not "
+             "training the same model and its speed does not count.", ""]
     for cell in results.get("cells") or []:
         diff = cell.get("loss_max_abs_diff")
         if cell["key"] == ref:

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from paratrain.bench.collect import read_rank_files, summarize
-from paratrain.launch.threads import choose_threads, oversubscribed
+from paratrain.launcher.threads import choose_threads, oversubscribed
 from paratrain.metrics import METRICS_VAR
 
 
@@ -28,6 +28,7 @@ class CellSpec:
     nproc: int
     script: str
     args: list[str] = field(default_factory=list)
+    run_flags: list[str] = field(default_factory=list)  # training options for `paratrain run`, e.g. --precision
 
 
 
@@ -65,7 +66,8 @@ def run_cell(spec: CellSpec, folder: Path, *, warmup: int, timeout: float, token
     # set for other work would otherwise give one process a fraction of what several processes get).
     share = choose_threads(spec.nproc, environ={})
     cmd = [sys.executable, "-m", "paratrain.cli.main", "run", "--strategy", spec.strategy, "--nproc", str(spec.nproc),
-           "--threads", str(share.threads), "--timeout", str(int(max(60, timeout))), spec.script, *spec.args]
+           "--threads", str(share.threads), "--timeout", str(int(max(60, timeout))), *spec.run_flags, spec.script,
+           *spec.args]
     steps_so_far = _StepCounter(metrics_dir / "rank0.jsonl")
     launch = time.time()
     start = time.perf_counter()

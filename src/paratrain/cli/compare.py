@@ -110,6 +110,8 @@ def compare(
     timeout: float = typer.Option(300.0, "--timeout", help="Seconds allowed per cell before it counts as failed."),
     width: int = typer.Option(None, "--width", help="Bundled workload size: hidden size (mlp), model dim (gpt)."),
     depth: int = typer.Option(None, "--depth", help="Transformer blocks of the gpt workload."),
+    precision: str = typer.Option(None, "--precision",
+                                  help="Every cell in fp32 (default), bf16-mixed, fp16-mixed (GPU) or bf16-true."),
     out_dir: str = typer.Option(None, "--out", help="Output folder (default runs/compare-<workload>-<time>/)."),
     db: str = typer.Option(None, "--db", help="History database (default ~/.paratrain/history.db or $PARATRAIN_HOME)."),
     json_out: bool = typer.Option(False, "--json", help="Print only the results JSON (no live table)."),
@@ -133,7 +135,7 @@ def compare(
         settings = CompareSettings(workload=None if script else name, script=script,
                                    script_args=shlex.split(script_args), strategies=specs, nproc=_parse_nproc(nproc),
                                    steps=steps, warmup=warmup, repeat=repeat, scaling=scaling, timeout=timeout,
-                                   width=width, depth=depth)
+                                   width=width, depth=depth, precision=precision)
         folder = _out_dir(out_dir if len(workloads) == 1 else (f"{out_dir}/{name}" if out_dir else None),
                           "script" if script else name)
         _writable(folder)

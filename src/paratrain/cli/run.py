@@ -18,6 +18,9 @@ The method reaches the script's paratrain.Session through PARATRAIN_* variables,
 scripts (init_process_group from RANK/WORLD_SIZE) run unchanged too.
 
 Options may also come from paratrain.toml in the current directory, or --config FILE (flags win).
+The training options (--precision, --grad-clip, --compile, --seed, --grad-accum, --per-rank-batch) reach
+the script's Session and mean the same under every method; the script may set them in Session(...) instead,
+but not to a different value.
 
 Examples:
   paratrain run --strategy ddp --nproc 2 train.py --lr 3e-4
@@ -65,12 +68,21 @@ def run(
                                 help="CPU threads per process (OpenMP and torch intra-op). Default: "
                                      "OMP_NUM_THREADS if set, else the cores this job may use divided by the "
                                      "processes per node (1 per process with GPUs, as torchrun does)."),
+    precision: str = typer.Option(None, "--precision",
+                                  help="fp32 (default), bf16-mixed, fp16-mixed (GPU) or bf16-true, the same under "
+                                       "every method."),
+    grad_clip: float = typer.Option(None, "--grad-clip", help="Clip the global gradient norm to this value."),
+    compile_model: bool = typer.Option(None, "--compile", help="torch.compile the model (single, ddp, fsdp)."),
+    seed: int = typer.Option(None, "--seed", help="Seed Python, NumPy and torch identically on every rank."),
+    grad_accum: int = typer.Option(None, "--grad-accum", help="Micro-batches per optimizer step (default 1)."),
+    per_rank_batch: bool = typer.Option(None, "--per-rank-batch",
+                                        help="Read the loader's batch size as per rank, not global."),
     verbose: bool = typer.Option(None, "--verbose", "-v", help="Show torchrun's own logging."),
 ) -> Callable[[], int] | None:
     from paratrain.errors import ConfigError
-    from paratrain.launch import build_plan, execute, load_config
-    from paratrain.launch.config import merge
-    from paratrain.launch.slurm import slurm_defaults
+    from paratrain.launcher import build_plan, execute, load_config
+    from paratrain.launcher.config import merge
+    from paratrain.launcher.slurm import slurm_defaults
 
     if json_out and not dry_run:
         raise ConfigError("--json only applies to --dry-run", hint="add --dry-run, or drop --json")
@@ -78,6 +90,8 @@ def run(
              "max_restarts": max_restarts, "timeout": timeout,
              "stall_timeout": stall_timeout, "rendezvous_timeout": rendezvous_timeout, "checkpoint_dir": checkpoint_dir,
              "checkpoint_every": checkpoint_every, "keep": keep, "threads": threads, "verbose": verbose,
+             "precision": precision, "grad_clip": grad_clip, "compile": compile_model, "seed": seed,
+             "grad_accum": grad_accum, "per_rank_batch": per_rank_batch,
              "script": script, "args": list(args or [])}
     values = {**slurm_defaults(os.environ), **load_config(config)}  # a SLURM allocation < paratrain.toml < flags
     settings = merge(values, flags)
@@ -125,7 +139,7 @@ def _import_torch_quietly(verbose: bool) -> None:
 
     if verbose or "torch" in sys.modules or "TORCH_CPP_LOG_LEVEL" in os.environ:
         return
-    from paratrain.launch.torch_import import load_torch
+    from paratrain.launcher.torch_import import load_torch
 
     os.environ["TORCH_CPP_LOG_LEVEL"] = "FATAL"
     try:

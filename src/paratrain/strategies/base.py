@@ -73,6 +73,7 @@ class StrategyOptions:
     """
 
     shorthands: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
+    moved: ClassVar[Mapping[str, str]] = {}  # former option -> what says it now (a training option, say)
 
     @classmethod
     def field_names(cls) -> list[str]:
@@ -84,7 +85,8 @@ class StrategyOptions:
         hints = typing.get_type_hints(cls)
         kwargs: dict[str, Any] = {}
         for key, text in values.items():
-            if key not in hints or key == "shorthands":
+            _check_moved(method, cls, key)
+            if key not in hints or key in ("shorthands", "moved"):
                 allowed = ", ".join(cls.field_names()) or "none"
                 raise UnknownStrategyError(
                     f'{method} has no option "{key}" (options: {allowed}).{did_you_mean(key, cls.field_names())}',
@@ -110,6 +112,12 @@ class StrategyOptions:
 @dataclass(frozen=True, kw_only=True)
 class NoOptions(StrategyOptions):
     """For methods that take no options."""
+
+
+def _check_moved(method: str, options_type: type[StrategyOptions], key: str) -> None:
+    if key in options_type.moved:
+        raise ConfigError(f'{method} option "{key}" is now a training option for every method: '
+                          f"{options_type.moved[key]}", hint="see the Options table in the README")
 
 
 def _convert(method: str, key: str, text: str, hint: Any) -> Any:
@@ -153,11 +161,17 @@ class Strategy(ABC):
 
     method: ClassVar[Method]
     options_type: ClassVar[type[StrategyOptions]] = NoOptions
+    # Training-option abilities (see paratrain.options): the precisions this method can train in, those its wrap()
+    # applies itself (the Session applies the others with autocast), and whether torch.compile works on it.
+    supported_precision: ClassVar[frozenset[str]] = frozenset({"fp32", "bf16-mixed", "fp16-mixed", "bf16-true"})
+    native_precision: ClassVar[frozenset[str]] = frozenset({"fp32"})
+    compilable: ClassVar[bool] = True
 
     def __init__(self, options: StrategyOptions, env: DistEnv) -> None:
         self.options = options
         self.env = env
         self.device: torch.device | None = None
+        self.precision = "fp32"  # the Session's precision, set before wrap()
 
     @classmethod
     @abstractmethod
@@ -247,6 +261,7 @@ def parse_spec(spec: str) -> tuple[str, dict[str, str]]:
 def expand_shorthands(method: str, options_type: type[StrategyOptions], tokens: dict[str, str]) -> dict[str, str]:
     out: dict[str, str] = {}
     for key, value in tokens.items():
+        _check_moved(method, options_type, key)
         if value == "" and key in options_type.shorthands:
             out.update({k: str(v).lower() if isinstance(v, bool) else str(v)
                         for k, v in options_type.shorthands[key].items()})

@@ -15,6 +15,7 @@ from paratrain.strategies.single import SingleStrategy
 
 class DataParallelStrategy(SingleStrategy):
     method = Method.DP
+    compilable = False  # DataParallel replicates the module every step, which torch.compile cannot follow
 
     @classmethod
     def available(cls) -> Availability:

@@ -22,22 +22,26 @@ from paratrain.strategies.base import Availability, BackwardSyncControl, Method,
 @dataclass(frozen=True, kw_only=True)
 class FSDPOptions(StrategyOptions):
     shard: Literal["full", "grad_op", "none"] = "full"
-    mixed_precision: Literal["no", "bf16", "fp16"] = "no"
     offload: Literal["none", "cpu"] = "none"
 
     shorthands: ClassVar[Mapping[str, Mapping[str, Any]]] = {
         "full": {"shard": "full"},
         "grad_op": {"shard": "grad_op"},
-        "bf16": {"mixed_precision": "bf16"},
-        "fp16": {"mixed_precision": "fp16"},
         "offload": {"offload": "cpu"},
     }
+    # Mixed precision is a training option for every method now: one way to say it.
+    moved: ClassVar[Mapping[str, str]] = {"mixed_precision": "--precision bf16-mixed", "bf16": "--precision bf16-mixed",
+                                          "fp16": "--precision bf16-mixed"}
 
 
 class FSDPStrategy(Strategy, BackwardSyncControl):
     method = Method.FSDP
     options_type = FSDPOptions
     options: FSDPOptions
+    # bf16-mixed through FSDP's own policy (parameters gathered in bf16, gradients reduced in fp32); fp16 would
+    # need a sharded gradient scaler, which this version does not provide.
+    supported_precision = frozenset({"fp32", "bf16-mixed", "bf16-true"})
+    native_precision = frozenset({"fp32", "bf16-mixed"})
 
     @classmethod
     def available(cls) -> Availability:
@@ -56,11 +60,6 @@ class FSDPStrategy(Strategy, BackwardSyncControl):
         if opts.offload == "cpu" and self.device.type != "cuda":
             raise ConfigError("fsdp offload=cpu needs a GPU (parameters already live on the CPU here)",
                               hint="drop offload=cpu on a CPU-only machine")
-        if opts.mixed_precision == "fp16" and self.device.type != "cuda":
-            raise ConfigError("fsdp mixed_precision=fp16 needs a GPU", hint="use mixed_precision=bf16 or no")
-        if (opts.mixed_precision == "bf16" and self.device.type == "cuda"
-                and not torch.cuda.is_bf16_supported()):
-            raise ConfigError("this GPU does not support bf16", hint="use mixed_precision=fp16")
 
     def _mesh(self):
         from torch.distributed.device_mesh import init_device_mesh
@@ -80,9 +79,9 @@ class FSDPStrategy(Strategy, BackwardSyncControl):
         initial = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()} if self.rank == 0 else {}
         names = {id(p): n for n, p in model.named_parameters()}
         kwargs = {"mesh": self._mesh(), "reshard_after_forward": self.options.shard == "full"}
-        if self.options.mixed_precision != "no":
-            dtype = torch.bfloat16 if self.options.mixed_precision == "bf16" else torch.float16
-            kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=dtype, reduce_dtype=torch.float32)
+        if self.precision == "bf16-mixed":  # fp32 outputs, as the Session's autocast gives the other methods
+            kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32,
+                                                       output_dtype=torch.float32)
         if self.options.offload == "cpu":
             kwargs["offload_policy"] = CPUOffloadPolicy()
         for module in model.modules():

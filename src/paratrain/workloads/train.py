@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> None:
     steps = args.steps or workload.steps
     size = {k: v for k, v in (("width", args.width), ("depth", args.depth)) if v is not None}
     built = workload.build(**size)
-    session = pt.Session(per_rank_batch=args.per_rank_batch)
+    session = pt.Session(per_rank_batch=args.per_rank_batch or None)  # None: as paratrain run says
     optimizer = torch.optim.AdamW(built.model.parameters(), lr=args.lr or workload.lr)
     loader = DataLoader(built.train, batch_size=args.batch_size or workload.global_batch, shuffle=True)
     model, optimizer, loader = session.prepare(built.model, optimizer, loader)

@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from paratrain.launch.threads import cgroup_cpu_limit, choose_threads
+from paratrain.launcher.threads import cgroup_cpu_limit, choose_threads
 from tests.helpers.launch import ROOT, check, paratrain, worker_env
 
 SCRIPT = ROOT / "tests" / "helpers" / "scripts" / "report_threads.py"

@@ -15,7 +15,7 @@ import os
 import signal
 import subprocess
 
-from paratrain.launch import worker
+from paratrain.launcher import worker
 
 
 def _child(script: str, args: list[str], threads: int | None) -> None:

@@ -33,7 +33,7 @@ import traceback
 from typing import NoReturn
 
 from paratrain.distenv import FAILURES_VAR, TIMEOUT_VAR
-from paratrain.launch import torch_import
+from paratrain.launcher import torch_import
 
 
 def _run_script(script: str, args: list[str]) -> None:
@@ -178,7 +178,7 @@ def run(script: str, args: list[str]) -> int:
 
 def main() -> NoReturn:
     if len(sys.argv) < 2:
-        print("usage: python -m paratrain.launch.worker SCRIPT [ARGS...]", file=sys.stderr)
+        print("usage: python -m paratrain.launcher.worker SCRIPT [ARGS...]", file=sys.stderr)
         os._exit(2)
     os._exit(run(sys.argv[1], sys.argv[2:]))
 

@@ -4,7 +4,7 @@ import gc
 
 import pytest
 
-from paratrain.launch.torch_import import collector_paused
+from paratrain.launcher.torch_import import collector_paused
 
 
 @pytest.mark.parametrize("enabled", [True, False])

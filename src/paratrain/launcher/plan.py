@@ -2,7 +2,7 @@
 
 torch methods go through ``torch.distributed.run`` called in-process (rendezvous, restarts, per-rank error files are
 torchrun's); single and dp run the script in a fork of the launcher (one torch import: as fast to start as
-``python train.py``; see :mod:`paratrain.launch.local`). The worker sees the method only through ``PARATRAIN_*``
+``python train.py``; see :mod:`paratrain.launcher.local`). The worker sees the method only through ``PARATRAIN_*``
 variables, so the user's script never changes.
 """
 
@@ -19,6 +19,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from paratrain import options as train_options
 from paratrain.console import notice
 from paratrain.distenv import (
     CHECKPOINT_DIR_VAR,
@@ -31,10 +32,10 @@ from paratrain.distenv import (
     option_var,
 )
 from paratrain.errors import ConfigError, LaunchError
-from paratrain.launch.config import RunConfig
-from paratrain.launch.threads import ThreadChoice, choose_threads, oversubscribed
-from paratrain.launch.torch_import import load_torch
-from paratrain.launch.watchdog import Watchdog, explain_timeout
+from paratrain.launcher.config import RunConfig
+from paratrain.launcher.threads import ThreadChoice, choose_threads, oversubscribed
+from paratrain.launcher.torch_import import load_torch
+from paratrain.launcher.watchdog import Watchdog, explain_timeout
 from paratrain.strategies import registry
 from paratrain.strategies.base import Launcher, format_spec, parse_spec
 
@@ -129,6 +130,7 @@ def build_plan(config: RunConfig) -> LaunchPlan:
     spec = format_spec(cls.method, options)
     env = {STRATEGY_VAR: str(cls.method)}
     env.update({option_var(k): v for k, v in options.to_strings().items()})
+    env.update(train_options.to_env(config.train_options()))
     if config.timeout:
         env[TIMEOUT_VAR] = f"{config.timeout:g}"
     if config.checkpoint_dir:
@@ -149,7 +151,7 @@ def build_plan(config: RunConfig) -> LaunchPlan:
         env["OMP_NUM_THREADS"] = str(threads.threads)
         # The same worker code as torchrun's processes (one-line errors, same exit codes), in a fork of this
         # process (launch/local.py); this command is what it amounts to.
-        argv = [sys.executable, "-m", "paratrain.launch.worker", str(script), *config.args]
+        argv = [sys.executable, "-m", "paratrain.launcher.worker", str(script), *config.args]
         return LaunchPlan(config, spec, info.launcher, 1, env, argv, threads)
     if info.launcher is not Launcher.TORCHRUN:
         raise ConfigError(f"{cls.method} is launched by {info.launcher}, which this version cannot start yet")
@@ -182,7 +184,7 @@ def build_plan(config: RunConfig) -> LaunchPlan:
                 env["GLOO_SOCKET_IFNAME"] = iface
     else:
         argv += ["--standalone"]
-    argv += ["--module", "paratrain.launch.worker", str(script), *config.args]
+    argv += ["--module", "paratrain.launcher.worker", str(script), *config.args]
     return LaunchPlan(config, spec, info.launcher, nproc, env, argv, threads)
 
 
@@ -223,7 +225,7 @@ def _process_start() -> float:
 
 
 def _run_local(plan: LaunchPlan, notes: Path) -> None:
-    from paratrain.launch.local import run_script
+    from paratrain.launcher.local import run_script
 
     # The launcher imported torch before choosing the count, so the script's process sets it — unless it is the
     # user's own OMP_NUM_THREADS, which torch already read at import exactly as under `python train.py`.

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from paratrain import options as train_options
 from paratrain.errors import ConfigError, did_you_mean
 
 if sys.version_info >= (3, 11):
@@ -33,6 +34,13 @@ class RunConfig:
     rendezvous_timeout: int | None = None  # seconds a node waits for the others to join (torchrun: 600/900)
     stall_timeout: float | None = None  # seconds a rank may wait in a collective before the watchdog stops the job
     threads: int | None = None  # CPU threads per process; None = launch/threads.py's policy
+    # Training options (paratrain.options.TrainOptions), handed to the script's Session; None = not given here.
+    precision: str | None = None
+    grad_clip: float | None = None
+    compile: bool | str | None = None
+    seed: int | None = None
+    grad_accum: int | None = None
+    per_rank_batch: bool | None = None
     verbose: bool = False
     script: str = ""
     args: list[str] = field(default_factory=list)
@@ -67,6 +75,7 @@ class RunConfig:
         if self.nnodes > 1 and not self.master:
             raise ConfigError(f"--nnodes {self.nnodes} needs --master HOST:PORT (the address of node 0)",
                               hint="e.g. --master 10.0.0.1:29500 on every node")
+        train_options.given(self.train_options())
         if self.master is not None:
             host, sep, port = self.master.rpartition(":")
             if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
@@ -74,6 +83,10 @@ class RunConfig:
 
     def as_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def train_options(self) -> dict[str, Any]:
+        """The training options given to the launcher (flags or file), for the workers' Session."""
+        return {name: getattr(self, name) for name in train_options.FIELDS}
 
 
 FILE_KEYS = {f.name for f in dataclasses.fields(RunConfig)} - {"script", "args"}

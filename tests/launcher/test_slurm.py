@@ -5,7 +5,7 @@ import json
 import pytest
 
 from paratrain.errors import ConfigError
-from paratrain.launch.slurm import expand_hostlist, slurm_defaults
+from paratrain.launcher.slurm import expand_hostlist, slurm_defaults
 from tests.helpers.launch import SESSION_TRAIN, check, paratrain, worker_env
 
 SLURM = {"SLURM_NNODES": "3", "SLURM_NODEID": "2", "SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "gpu[07-08],cpu1"}
