@@ -12,6 +12,7 @@ to rescale each rank's mean loss so the averaged gradient equals the global-batc
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -86,6 +87,7 @@ class ShardedLoader:
         device: torch.device,
         seed: int,
         on_micro_batch: Callable[[MicroBatch], None],
+        on_data: Callable[[float], None] | None = None,
     ) -> None:
         if isinstance(loader.dataset, IterableDataset):
             raise ConfigError("prepare() cannot shard an IterableDataset (it has no indices)",
@@ -98,6 +100,7 @@ class ShardedLoader:
         self.device = device
         self.seed = seed
         self.on_micro_batch = on_micro_batch
+        self.on_data = on_data  # seconds each batch took to load and move to the device (compare's breakdown)
         self.epoch = 0
         self.batch = 0  # global batches already consumed in this epoch
 
@@ -160,10 +163,15 @@ class ShardedLoader:
             collate_fn=src.collate_fn, pin_memory=src.pin_memory, timeout=src.timeout,
             worker_init_fn=src.worker_init_fn, **kwargs,
         )
+        fetching = time.perf_counter()
         for micro, data in zip(plan, inner, strict=True):
             self.on_micro_batch(micro)
             if micro.last:
                 self.batch += 1
-            yield to_device(data, self.device)
+            batch = to_device(data, self.device)
+            if self.on_data is not None:
+                self.on_data(time.perf_counter() - fetching)
+            yield batch
+            fetching = time.perf_counter()
         if self.batch >= len(batches):
             self.epoch, self.batch = self.epoch + 1, 0

@@ -20,6 +20,8 @@ from typing import IO, Any
 import torch
 
 METRICS_VAR = "PARATRAIN_METRICS"
+PROFILE_VAR = "PARATRAIN_PROFILE"  # "START,COUNT": profile the COUNT steps after step START (compare sets it)
+PHASES = ("data", "forward", "backward", "optimizer")
 
 
 def _local_nbytes(t: torch.Tensor) -> int:
@@ -50,6 +52,11 @@ class StepRecorder:
         self._loss = 0.0
         self._samples = 0
         self._state_written = False
+        self._phases = dict.fromkeys(PHASES, 0.0)  # seconds in each phase of the current step
+        self._forward_from: float | None = None  # when the last batch was handed out: forward runs from there
+        self._profile_at, self._profile_steps = _profile_window()
+        self._profiler: Any = None
+        self._world = 1
 
     @property
     def enabled(self) -> bool:
@@ -68,6 +75,23 @@ class StepRecorder:
     def write(self, record: dict[str, Any]) -> None:
         if self._file is not None:
             self._file.write(json.dumps(record) + "\n")
+
+    def data_ready(self, seconds: float) -> None:
+        """The loader spent ``seconds`` producing a batch (and moving it to the device)."""
+        if self._file is None:
+            return
+        self._phases["data"] += seconds
+        self._forward_from = time.perf_counter()
+
+    def add(self, phase: str, seconds: float) -> None:
+        if self._file is not None:
+            self._phases[phase] += seconds
+
+    def backward_started(self) -> None:
+        """The time since the batch was handed out was forward (and the loss)."""
+        if self._file is not None and self._forward_from is not None:
+            self._phases["forward"] += time.perf_counter() - self._forward_from
+            self._forward_from = None
 
     def backward(self, loss: torch.Tensor, weight: float, samples: int) -> None:
         """Account one micro-batch: its weighted loss (the rank's share of the global mean) and sample count."""
@@ -91,13 +115,41 @@ class StepRecorder:
                         "param_count": sum(p.numel() for p in model.parameters())})
             self._state_written = True
         now = time.perf_counter()
-        self.write({"step": step, "t": time.time(), "dt": now - self._last, "loss": self._loss,
-                    "samples": self._samples})
-        self._last, self._loss, self._samples = now, 0.0, 0
+        record = {"step": step, "t": time.time(), "dt": now - self._last, "loss": self._loss,
+                  "samples": self._samples, "phases": self._phases}
+        if self._profiler is not None:
+            record["profiled"] = True  # slower under the profiler: left out of the throughput
+        self.write(record)
+        self._profile(step, model)
+        self._last, self._loss, self._samples = time.perf_counter(), 0.0, 0
+        self._phases = dict.fromkeys(PHASES, 0.0)
+
+    def _profile(self, step: int, model: torch.nn.Module | None) -> None:
+        """Start the profiler after step START (so whole steps are inside it), stop it COUNT steps later."""
+        if self._profile_at is None:
+            return
+        if step == self._profile_at and self._profiler is None:
+            import torch.distributed as dist
+            from torch.profiler import ProfilerActivity, profile
+
+            self._world = dist.get_world_size() if dist.is_initialized() else 1
+            activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+            self._profiler = profile(activities=activities, record_shapes=True)
+            self._profiler.__enter__()
+        elif self._profiler is not None and step >= self._profile_at + self._profile_steps:
+            from paratrain.breakdown import analyse
+
+            self._profiler.__exit__(None, None, None)
+            result = analyse(self._profiler.events(), self._world, self._profile_steps)
+            self._profiler, self._profile_at = None, None
+            self.write({"profile": result})
 
     def close(self, device: torch.device | None) -> None:
         if self._file is None:
             return
+        if self._profiler is not None:  # the script ended inside the profiled window: no breakdown
+            self._profiler.__exit__(None, None, None)
+            self._profiler = None
         summary: dict[str, Any] = {"summary": True, "peak_rss_bytes": peak_rss_bytes()}
         if device is not None and device.type == "cuda":
             summary["cuda_max_allocated_bytes"] = torch.cuda.max_memory_allocated(device)
@@ -107,6 +159,15 @@ class StepRecorder:
 
 
 _current: StepRecorder | None = None  # the recorder of this process's Session, when one is measuring
+
+
+def _profile_window() -> tuple[int | None, int]:
+    text = os.environ.get(PROFILE_VAR, "")
+    try:
+        start, count = (int(v) for v in text.split(","))
+    except ValueError:
+        return None, 0
+    return (start, count) if start >= 1 and count >= 1 else (None, 0)
 
 
 def log(**values: Any) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import atexit
 import os
 import sys
+import time
 from pathlib import Path
 from typing import Any, Literal
 
@@ -164,6 +165,7 @@ class Session:
                 loader, rank=self.rank, world_size=self.world_size, grad_accum=self.grad_accum,
                 per_rank_batch=self.per_rank_batch, device=self.device, seed=self.seed,
                 on_micro_batch=self._on_micro_batch,
+                on_data=self._metrics.data_ready if self._metrics.enabled else None,
             )
             self._used["loader"] = self.world_size == 1  # one process: the user's own loader is the same data
         if self._auto is not None and (latest := self._auto.latest()) is not None:
@@ -202,8 +204,11 @@ class Session:
         weight = self._loss_weight
         self._metrics.backward(loss, weight, self._micro_samples)
         loss = loss if weight == 1.0 else loss * weight
+        self._metrics.backward_started()
+        started = time.perf_counter()
         with self._progress.phase("session.backward"):
             self._strategy.backward(self._scaler.scale(loss) if self._scaler is not None else loss)
+        self._metrics.add("backward", time.perf_counter() - started)
         self._micro_done += 1
 
     def step(self) -> None:
@@ -216,6 +221,7 @@ class Session:
             raise ConfigError("step() needs an optimizer", hint="pass it to session.prepare(model, optimizer)")
         if not self._checked_use:
             self._check_prepared_objects_used()
+        started = time.perf_counter()
         with self._progress.phase("session.step"):
             if self.options.grad_clip is not None:
                 self._clip(self.options.grad_clip)
@@ -224,6 +230,7 @@ class Session:
                 self._scaler.update()
             else:
                 self._strategy.step(self._optimizer)
+        self._metrics.add("optimizer", time.perf_counter() - started)
         self._metrics.step_end(self.step_count + 1, self._model, self._optimizer)  # before grads are freed
         self._optimizer.zero_grad(set_to_none=True)
         if self._scheduler is not None:

@@ -71,7 +71,7 @@ def test_report_files_plots_and_history(mlp_run):
     out = root / "out"
     for name in ("results.json", "results.csv", "report.md"):
         assert (out / name).is_file()
-    for name in ("throughput.png", "step_times.png", "memory.png", "loss_curves.png"):
+    for name in ("throughput.png", "step_times.png", "memory.png", "loss_curves.png", "breakdown.png", "scaling.png"):
         assert (out / name).read_bytes()[:8] == PNG
     with open(out / "results.csv") as fh:
         assert len(list(csv.DictReader(fh))) == len(results["cells"])
@@ -82,6 +82,38 @@ def test_report_files_plots_and_history(mlp_run):
     assert json.loads(listed.stdout)[0]["id"] == results["id"]
 
 
+def test_time_breakdown_adds_up_and_counts_the_bytes_ddp_sends(mlp_run):
+    _, results = mlp_run
+    cells = {c["key"]: c for c in results["cells"]}
+    for key in ("ddp×1", "ddp×2", "fsdp×1", "fsdp×2"):
+        cell, parts = cells[key], cells[key]["breakdown"]
+        total = sum(parts[k] for k in ("compute_s", "comm_exposed_s", "data_s", "optimizer_s", "other_s"))
+        assert abs(total - cell["step_time_median_s"]) <= 0.1 * cell["step_time_median_s"], (key, parts)
+        # The 3 profiled steps are not in the throughput: 12 steps, 2 warm-up, 3 profiled -> 7 timed.
+        assert len(cell["step_times_s"]) == 12 - 2 - 3, key
+    ddp = cells["ddp×2"]
+    ring = ddp["param_count"] * 4 * 2 * (2 - 1) / 2  # fp32 gradients, ring all-reduce over 2 ranks
+    assert abs(ddp["comm_bytes_per_step"] - ring) <= 0.05 * ring
+    assert ddp["comm_share"] > 0 and ddp["bus_gbps"] > 0 and ddp["breakdown"]["comm_total_s"] > 0
+    assert cells["ddp×1"]["comm_bytes_per_step"] == 0 and cells["fsdp×2"]["comm_bytes_per_step"] > 0
+    assert "## Where the time goes" in (mlp_run[0] / "out" / "report.md").read_text()
+
+
+def test_sweep_reports_the_winner_at_each_size(tmp_path):
+    check(paratrain("compare", "--strategies", "single,ddp", "--nproc", "1,2", "--steps", "12", "--warmup", "2",
+                    "--sweep", "width=16,256", "--out", str(tmp_path / "sw"), "--db", str(tmp_path / "h.db"),
+                    timeout=400))
+    summary = json.loads((tmp_path / "sw" / "sweep.json").read_text())
+    assert [p["value"] for p in summary["points"]] == [16, 256]
+    assert all(p["winner"] in {"single×1", "ddp×1", "ddp×2"} for p in summary["points"])
+    assert summary["points"][0]["param_count"] < summary["points"][1]["param_count"]
+    assert summary["summary"].startswith(("The winner changes", "The same method wins"))
+    assert (tmp_path / "sw" / "sweep.png").read_bytes()[:8] == PNG
+    assert (tmp_path / "sw" / "width-16" / "report.md").is_file() and (tmp_path / "sw" / "width-256").is_dir()
+    with sqlite3.connect(tmp_path / "h.db") as db:
+        assert db.execute("SELECT COUNT(*) FROM runs").fetchone() == (2,)
+
+
 def test_users_own_script_is_measured_from_outside(tmp_path):
     proc = check(paratrain("compare", "--script", str(SESSION_TRAIN), "--script-args", "--steps 20",
                            "--strategies", "single,ddp", "--nproc", "1,2", "--warmup", "2",
@@ -90,6 +122,7 @@ def test_users_own_script_is_measured_from_outside(tmp_path):
     assert set(cells) == {"single×1", "ddp×1", "ddp×2"}
     assert all(c["status"] == "ok" and len(c["losses"]) == 20 for c in cells.values())
     assert cells["ddp×2"]["loss_max_abs_diff"] <= 1e-5
+    assert cells["single×1"]["comm_bytes_per_step"] == 0 and cells["single×1"]["breakdown"]["comm_exposed_s"] == 0
 
 
 def test_precision_applies_to_every_cell_and_the_report_says_so(tmp_path):

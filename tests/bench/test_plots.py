@@ -21,11 +21,12 @@ def _assert_png(path):
     assert height > 0 and width > 0
 
 
-def test_plot_all_writes_four_valid_pngs_and_closes_figures(tmp_path):
+def test_plot_all_writes_every_valid_png_and_closes_figures(tmp_path):
     import matplotlib.pyplot as plt
 
     paths = plots.plot_all(sample_results(), tmp_path / "nested")
-    assert [p.name for p in paths] == ["throughput.png", "step_times.png", "memory.png", "loss_curves.png"]
+    assert [p.name for p in paths] == ["throughput.png", "step_times.png", "memory.png", "loss_curves.png",
+                                       "breakdown.png", "scaling.png"]
     for path in paths:
         _assert_png(path)
     assert plt.get_fignums() == []

@@ -35,11 +35,12 @@ def summarize(folder: Path, *, warmup: int, launch_time: float, tokens_per_sampl
     steps: dict[int, list[dict[str, Any]]] = {}
     peak, cuda_peak, state, threads, logged = [], [], [], [], {}
     param_count = None
+    profiles: dict[int, dict[str, Any]] = {}
     for rank in sorted(ranks):
         rank_peak = rank_cuda = rank_state = None
         for rec in ranks[rank]:
             if "step" in rec:
-                steps.setdefault(rec["step"], []).append(rec)
+                steps.setdefault(rec["step"], []).append({**rec, "rank": rank})
             elif "state_bytes" in rec:
                 rank_state = rec["state_bytes"]["total"]
                 if "threads" in rec:
@@ -50,16 +51,19 @@ def summarize(folder: Path, *, warmup: int, launch_time: float, tokens_per_sampl
                 rank_cuda = rec.get("cuda_max_allocated_bytes")
             elif "log" in rec and rank == 0:
                 logged.update(rec["log"])
+            elif "profile" in rec:
+                profiles[rank] = rec["profile"]
         peak.append(rank_peak)
         cuda_peak.append(rank_cuda)
         state.append(rank_state)
     world = len(ranks)
     complete = [s for s in sorted(steps) if len(steps[s]) == world]
     losses = [sum(r["loss"] for r in steps[s]) / world for s in complete]
-    dts = [max(r["dt"] for r in steps[s]) for s in complete]
-    samples = [sum(r["samples"] for r in steps[s]) for s in complete]
-    timed = dts[warmup:] if len(dts) > warmup else dts
-    timed_samples = samples[warmup:] if len(samples) > warmup else samples
+    measured = complete[warmup:] if len(complete) > warmup else complete
+    profiled = [s for s in measured if any(r.get("profiled") for r in steps[s])]
+    measured = [s for s in measured if s not in profiled]  # profiling slows steps: not in the throughput
+    timed = [max(r["dt"] for r in steps[s]) for s in measured]
+    timed_samples = [sum(r["samples"] for r in steps[s]) for s in measured]
     out: dict[str, Any] = {
         "steps_done": len(complete), "losses": losses, "step_times_s": timed,
         "state_bytes": state, "extra": {k: v for k, v in logged.items() if k != "final_loss"},
@@ -77,9 +81,66 @@ def summarize(folder: Path, *, warmup: int, launch_time: float, tokens_per_sampl
         out["samples_per_s"] = per_step / median if median > 0 else None
         sps = out["samples_per_s"]
         out["tokens_per_s"] = sps * tokens_per_sample if tokens_per_sample and sps else None
+    out.update(_breakdowns(steps, measured, profiled, profiles))
     first = steps.get(complete[0]) if complete else None
     if first:
         out["startup_s"] = min(r["t"] for r in first) - launch_time
     # The per-step global loss is exact (rank shares of the global mean); the script's own log is a fallback.
     out["final_loss"] = losses[-1] if losses else logged.get("final_loss")
+    return out
+
+
+def _rank_breakdown(steps: dict[int, list[dict[str, Any]]], measured: list[int], profiled: list[int], rank: int,
+                    profile: dict[str, Any] | None) -> dict[str, Any] | None:
+    """One rank's median step split into compute / exposed communication / data / optimizer / other (seconds).
+
+    The split is measured on the profiled steps — the phases the Session timed there, and the communication the
+    profiler saw — and applied, as fractions, to the cell's median unprofiled step (a step lasts as long as its
+    slowest rank): the profiler slows a step, so its absolute times would not add up to the step time the
+    throughput is computed from."""
+    def mine(numbers: list[int]) -> list[dict[str, Any]]:
+        return [r for s in numbers for r in steps[s] if r["rank"] == rank and "phases" in r]
+
+    timed, window = mine(measured), mine(profiled) if profile else []
+    basis = window or timed
+    if not timed or not basis:
+        return None
+    step = statistics.median(max(r["dt"] for r in steps[s]) for s in measured)  # the cell's step, as timed
+    basis_step = statistics.median(r["dt"] for r in basis)
+    if basis_step <= 0:
+        return None
+    med = {k: statistics.median(r["phases"].get(k, 0.0) for r in basis) / basis_step
+           for k in ("data", "forward", "backward", "optimizer")}
+    exposed = min(profile["comm_exposed_s"] / basis_step, med["forward"] + med["backward"]) if window else 0.0
+    total = profile["comm_total_s"] / basis_step if window else 0.0
+    parts = {"compute_s": med["forward"] + med["backward"] - exposed, "comm_exposed_s": exposed,
+             "comm_total_s": total, "data_s": med["data"], "optimizer_s": med["optimizer"]}
+    parts["other_s"] = max(0.0, 1.0 - sum(v for k, v in parts.items() if k != "comm_total_s"))
+    out = {k: v * step for k, v in parts.items()}
+    out["step_s"] = step
+    return out
+
+
+def _breakdowns(steps: dict[int, list[dict[str, Any]]], measured: list[int], profiled: list[int],
+                profiles: dict[int, dict[str, Any]]) -> dict[str, Any]:
+    """Rank 0's breakdown and the slowest rank's (the one with the most compute + data: the others wait for it)."""
+    ranks = sorted({r["rank"] for s in measured for r in steps[s]})
+    per_rank = {rank: _rank_breakdown(steps, measured, profiled, rank, profiles.get(rank)) for rank in ranks}
+    per_rank = {k: v for k, v in per_rank.items() if v}
+    out: dict[str, Any] = {"breakdown": None, "breakdown_slowest": None, "comm_bytes_per_step": None,
+                           "bus_gbps": None, "comm_share": None}
+    if 0 not in per_rank:
+        return out
+    base = per_rank[0]
+    slowest = max(per_rank, key=lambda r: per_rank[r]["compute_s"] + per_rank[r]["data_s"])
+    out["breakdown"] = base
+    out["breakdown_slowest"] = {"rank": slowest, **per_rank[slowest]}
+    profile = profiles.get(0)
+    if profile is not None:
+        out["comm_bytes_per_step"] = profile["comm_bytes_per_step"]
+        out["collectives_per_step"] = profile.get("collectives_per_step")
+        total = base["comm_total_s"]  # at unprofiled speed
+        sent = profile["comm_bytes_per_step"]
+        out["bus_gbps"] = sent / total / 1e9 if total > 0 and sent > 0 else None
+        out["comm_share"] = base["comm_exposed_s"] / base["step_s"] if base["step_s"] > 0 else None
     return out

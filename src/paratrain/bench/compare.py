@@ -24,6 +24,7 @@ from paratrain.strategies.base import Launcher, format_spec
 if TYPE_CHECKING:
     from paratrain.workloads import Workload
 
+PROFILE_STEPS = 3  # steps under the torch profiler per cell (breakdown of communication)
 EQUIVALENCE_TOL = 1e-5
 # In bf16/fp16 a split batch rounds differently (8 or 11 significant bits instead of 24): 1e-2 is a few bf16
 # roundings of a loss near 1 (tests/test_options.py measures 5e-4 after 30 steps and explains the bound).
@@ -190,7 +191,8 @@ def run_compare(settings: CompareSettings, out_dir: Path, progress: Progress | N
 
                 tick(0)
                 runs.append(run_cell(cell.spec, folder, warmup=settings.warmup, timeout=settings.timeout,
-                                     tokens_per_sample=tokens, progress=tick))
+                                     tokens_per_sample=tokens, progress=tick,
+                                     profile_steps=_profile_steps(settings, total)))
             row = {"key": cell.key, "strategy": cell.strategy, "nproc": cell.nproc, **_median_run(runs)}
             results["cells"].append(row)
             say(cell.key, row["status"], row)
@@ -198,6 +200,14 @@ def run_compare(settings: CompareSettings, out_dir: Path, progress: Progress | N
         results["interrupted"] = True
     finalize(results)
     return results
+
+
+def _profile_steps(settings: CompareSettings, total: int | None) -> int:
+    """Steps profiled for the time breakdown, after warm-up and left out of the throughput; none when the run is
+    too short to keep at least as many timed steps."""
+    if total is not None and total - max(settings.warmup, 1) < 2 * PROFILE_STEPS:
+        return 0
+    return PROFILE_STEPS
 
 
 def _unavailable(cell: Cell) -> dict[str, Any]:
@@ -231,6 +241,8 @@ def finalize(results: dict[str, Any]) -> None:
             cell.setdefault(key, None)
         cell.setdefault("threads_per_process", None)
         cell.setdefault("param_count", None)
+        for key in ("breakdown", "breakdown_slowest", "comm_bytes_per_step", "bus_gbps", "collectives_per_step"):
+            cell.setdefault(key, None)
         cell.setdefault("oversubscribed", False)
         for key in ("peak_mem_bytes", "state_bytes", "losses", "step_times_s"):
             cell.setdefault(key, [])

@@ -1,4 +1,5 @@
-"""The four pictures of a comparison, one PNG each: throughput, step-time spread, memory per rank, loss curves.
+"""The pictures of a comparison, one PNG each: throughput, step-time spread, memory per rank, loss curves (here),
+and the time breakdown and scaling curves (plots_explain.py).
 
 Why these four: throughput says which is fastest, the step-time boxes say whether that speed is steady (a wide box
 is a noisy neighbour or a straggler rank), memory says what fits, and overlaid loss curves show at a glance that the
@@ -156,6 +157,12 @@ PLOTS: tuple[Callable[[dict[str, Any], Path], Path], ...] = (plot_throughput, pl
 
 def plot_all(results: dict[str, Any], out_dir: Path) -> list[Path]:
     """Draw every plot into ``out_dir`` (created if needed); raises ImportError when matplotlib is missing."""
+    from paratrain.bench.plots_explain import plot_breakdown, plot_scaling, world_sizes
+
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    return [plot(results, out_dir) for plot in PLOTS]
+    paths = [plot(results, out_dir) for plot in PLOTS]
+    paths.append(plot_breakdown(results, out_dir))
+    if len(world_sizes(results)) > 1:
+        paths.append(plot_scaling(results, out_dir))
+    return paths

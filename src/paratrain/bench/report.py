@@ -19,6 +19,8 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
+from paratrain.bench.explain import bound_lines, breakdown_markdown
+
 TOLERANCE = 1e-5  # max |Δloss| above this: the cell is not training the same model
 MIB = 1 << 20
 WINNER_MARK = "★"
@@ -168,6 +170,7 @@ def recommend(results: dict[str, Any]) -> dict[str, Any]:
         lines += _memory_lines(ok, win)
     lines += [f"{c['key']} {c.get('status')}: {c.get('error') or 'no reason recorded'}" for c in cells if not _ok(c)]
     lines += [_oversubscribed_line(c, results) for c in ok if c.get("oversubscribed")]
+    lines += bound_lines(results, win["key"] if win else None)
     if len(cells) == 1:
         lines.append(f"Only one method ran ({cells[0]['key']}); pass more with --strategies to compare.")
     return {"winner": win["key"] if win else None, "lines": lines}
@@ -359,7 +362,8 @@ def _report_md(results: dict[str, Any], plots: list[Path] | None) -> str:
     parts = [f"# paratrain compare — {results.get('id')}", "",
              f"Created {results.get('created')} with paratrain {results.get('paratrain')}.", "",
              "## Settings", "", *_settings_md(results), "", "## Environment", "", *_env_md(results), "",
-             "## Results", "", results_markdown(results), "## Recommendation", "",
+             "## Results", "", results_markdown(results), "## Where the time goes", "",
+             *breakdown_markdown(results), "", "## Recommendation", "",
              *[f"- {line}" for line in rec["lines"]], "", "## Plots", ""]
     if plots is None:
         parts.append('Plots were skipped: matplotlib is not installed. Install it with `pip install '

@@ -19,7 +19,7 @@ from typing import Any
 
 from paratrain.bench.collect import read_rank_files, summarize
 from paratrain.launcher.threads import choose_threads, oversubscribed
-from paratrain.metrics import METRICS_VAR
+from paratrain.metrics import METRICS_VAR, PROFILE_VAR
 
 
 @dataclass(frozen=True)
@@ -55,13 +55,15 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def run_cell(spec: CellSpec, folder: Path, *, warmup: int, timeout: float, tokens_per_sample: int | None = None,
-             progress: Callable[[int], None] | None = None) -> dict[str, Any]:
+             progress: Callable[[int], None] | None = None, profile_steps: int = 0) -> dict[str, Any]:
     """Run one cell to completion (or failure) and return its measurements."""
     shutil.rmtree(folder, ignore_errors=True)  # a re-used --out must not mix in an older run's records
     folder.mkdir(parents=True)
     metrics_dir = folder / "metrics"
     log = folder / "log.txt"
     env = dict(os.environ, **{METRICS_VAR: str(metrics_dir)})
+    if profile_steps:  # the steps right after warm-up run under the profiler, for the time breakdown
+        env[PROFILE_VAR] = f"{max(warmup, 1)},{profile_steps}"
     # Every cell gets the same machine: its processes together use all the cores (an OMP_NUM_THREADS the user
     # set for other work would otherwise give one process a fraction of what several processes get).
     share = choose_threads(spec.nproc, environ={})

@@ -74,7 +74,8 @@ def _out_dir(out: str | None, workload: str) -> Path:
 
     if out:
         folder = Path(out)
-        if folder.exists() and any(folder.iterdir()) and not (folder / "results.json").exists():
+        ours = (folder / "results.json").exists() or (folder / "sweep.json").exists()
+        if folder.exists() and any(folder.iterdir()) and not ours:
             raise ConfigError(f"{folder} is not empty and holds no paratrain results; refusing to write into it",
                               hint="choose a new --out folder")
         return folder
@@ -110,6 +111,8 @@ def compare(
     timeout: float = typer.Option(300.0, "--timeout", help="Seconds allowed per cell before it counts as failed."),
     width: int = typer.Option(None, "--width", help="Bundled workload size: hidden size (mlp), model dim (gpt)."),
     depth: int = typer.Option(None, "--depth", help="Transformer blocks of the gpt workload."),
+    sweep: str = typer.Option(None, "--sweep", help="Compare at several sizes of the bundled workload, e.g. "
+                              "width=64,128,256: a report per size, and where the winner changes."),
     precision: str = typer.Option(None, "--precision",
                                   help="Every cell in fp32 (default), bf16-mixed, fp16-mixed (GPU) or bf16-true."),
     out_dir: str = typer.Option(None, "--out", help="Output folder (default runs/compare-<workload>-<time>/)."),
@@ -126,18 +129,35 @@ def compare(
     if script and (width or depth):
         raise ConfigError("--width/--depth size the bundled workloads; pass your script's own flags in --script-args")
     workloads = ["mlp", "gpt"] if full else [workload]
+    sweep_key, sweep_values = (None, [None])
+    if sweep:
+        from paratrain.bench import sweep as sweeps
+
+        if script or full:
+            raise ConfigError("--sweep sizes one bundled workload; it cannot be combined with --script or --full")
+        sweep_key, sweep_values = sweeps.parse(sweep)
+        if (sweep_key == "width" and width) or (sweep_key == "depth" and depth):
+            raise ConfigError(f"--sweep {sweep_key}=… and --{sweep_key} both set the {sweep_key}: give one")
+    plan = [(name, value) for name in workloads for value in sweep_values]
     specs = [s.strip() for s in strategies.split(",") if s.strip()] if strategies else None
     for spec in specs or []:
         registry.resolve(spec)  # a typo is one line now, not after an empty live table
     all_results = []
     interrupted = False
-    for name in workloads:
+    sweep_root = _out_dir(out_dir, f"{workload}-sweep") if sweep else None
+    if sweep_root is not None:
+        _writable(sweep_root)
+    for name, value in plan:
+        size = {"width": width, "depth": depth, **({sweep_key: value} if sweep_key else {})}
         settings = CompareSettings(workload=None if script else name, script=script,
                                    script_args=shlex.split(script_args), strategies=specs, nproc=_parse_nproc(nproc),
                                    steps=steps, warmup=warmup, repeat=repeat, scaling=scaling, timeout=timeout,
-                                   width=width, depth=depth, precision=precision)
-        folder = _out_dir(out_dir if len(workloads) == 1 else (f"{out_dir}/{name}" if out_dir else None),
-                          "script" if script else name)
+                                   width=size["width"], depth=size["depth"], precision=precision)
+        if sweep_root is not None:
+            folder = sweep_root / f"{sweep_key}-{value}"
+        else:
+            folder = _out_dir(out_dir if len(workloads) == 1 else (f"{out_dir}/{name}" if out_dir else None),
+                              "script" if script else name)
         _writable(folder)
         if json_out:
             results = run_compare(settings, folder)
@@ -156,6 +176,11 @@ def compare(
         if results.get("interrupted"):
             interrupted = True
             break
+    if sweep_root is not None and not interrupted:
+        summary = sweeps.summarize(sweep_key, list(zip(sweep_values, all_results, strict=False)))
+        sweeps.write(summary, sweep_root)
+        if not json_out:
+            console.out.print(f"\n{escape(summary['summary'])}\nsweep: {sweep_root / 'sweep.md'}")
     if json_out:
         print_json(all_results[0] if len(all_results) == 1 else all_results)
     if interrupted:

@@ -1,0 +1,61 @@
+"""The two pictures that explain a comparison: where each cell's step time goes (stacked bars), and how each method
+scales with the number of processes against the ideal line (when more than one world size was run)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from paratrain.bench.explain import PARTS
+from paratrain.bench.plots import FIGSIZE, _empty, _ok_cells, _pyplot, _save
+
+
+def plot_breakdown(results: dict[str, Any], out_dir: Path) -> Path:
+    """One bar per cell, stacked: compute, exposed communication, data, optimizer, other (ms per step)."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=FIGSIZE)
+    cells = [c for c in _ok_cells(results) if c.get("breakdown")]
+    if cells:
+        bottoms = [0.0] * len(cells)
+        for key, label in PARTS:
+            heights = [(c["breakdown"].get(key) or 0.0) * 1e3 for c in cells]
+            ax.bar(range(len(cells)), heights, 0.6, bottom=bottoms, label=label)
+            bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
+        ax.set_xticks(range(len(cells)), [c["key"] for c in cells], rotation=15 if len(cells) > 4 else 0)
+        ax.set_ylabel("ms per step (median)")
+        ax.legend(fontsize=8)
+    else:
+        _empty(ax, "no breakdown recorded")
+    ax.set_title("Where each step's time goes")
+    return _save(fig, plt, Path(out_dir) / "breakdown.png")
+
+
+def world_sizes(results: dict[str, Any]) -> list[int]:
+    return sorted({c["nproc"] for c in _ok_cells(results) if c.get("samples_per_s")})
+
+
+def plot_scaling(results: dict[str, Any], out_dir: Path) -> Path:
+    """Throughput and scaling efficiency against world size, per method; the ideal is N × one process of it."""
+    plt = _pyplot()
+    fig, (left, right) = plt.subplots(1, 2, figsize=(FIGSIZE[0] * 1.4, FIGSIZE[1]))
+    cells = [c for c in _ok_cells(results) if c.get("samples_per_s")]
+    sizes = world_sizes(results)
+    ref = next((c for c in cells if c["key"] == results.get("reference")), None)
+    for method in dict.fromkeys(c["strategy"] for c in cells):
+        mine = sorted((c for c in cells if c["strategy"] == method), key=lambda c: c["nproc"])
+        if len(mine) < 2:
+            continue
+        left.plot([c["nproc"] for c in mine], [c["samples_per_s"] for c in mine], marker="o", label=method)
+        effs = [(c["nproc"], c["scaling_efficiency"]) for c in mine if c.get("scaling_efficiency") is not None]
+        right.plot([n for n, _ in effs], [e * 100 for _, e in effs], marker="o", label=method)
+        over = [c for c in mine if c.get("oversubscribed")]
+        left.scatter([c["nproc"] for c in over], [c["samples_per_s"] for c in over], marker="x", s=80, color="red",
+                     label="oversubscribed" if over and method == cells[0]["strategy"] else None)
+    if ref is not None and sizes:
+        left.plot(sizes, [n * ref["samples_per_s"] for n in sizes], "k--", label=f"ideal (N × {ref['key']})")
+    right.axhline(100, color="k", linestyle="--", label="ideal")
+    left.set(xlabel="processes", ylabel="samples/s", xticks=sizes, title="Throughput")
+    right.set(xlabel="processes", ylabel="scaling efficiency %", xticks=sizes, title="Efficiency")
+    for ax in (left, right):
+        ax.legend(fontsize=8)
+    return _save(fig, plt, Path(out_dir) / "scaling.png")
