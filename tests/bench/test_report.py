@@ -187,3 +187,22 @@ def test_threads_are_shown_and_an_oversubscribed_cell_is_flagged_in_table_and_wo
     lines = recommend(results)["lines"]
     assert "ddp×2 ran oversubscribed (2 processes × 1 thread(s) on 1 cores)" in "\n".join(lines)
     assert "oversubscribed" not in _render(results_table(sample_results()))  # older results: no thread column data
+
+
+def test_results_from_before_the_breakdown_still_render(tmp_path):
+    old = sample_results()  # no breakdown, comm bytes or tolerance fields: a history row from an older paratrain
+    paths = write_outputs(old, tmp_path)
+    text = paths["report"].read_text()
+    assert "## Where the time goes" in text and "No cell recorded a breakdown" in text
+    assert not any("exposed" in line for line in old["recommendation"]["lines"])
+
+
+def test_a_communication_bound_cell_is_explained_in_words():
+    results = sample_results(cell_changes={"fsdp×2": {
+        "breakdown": {"compute_s": 0.01, "comm_exposed_s": 0.03, "comm_total_s": 0.03, "data_s": 0.0,
+                      "optimizer_s": 0.0, "other_s": 0.0, "step_s": 0.04},
+        "comm_share": 0.75, "comm_bytes_per_step": 8_000_000, "bus_gbps": 0.27,
+        "collectives_per_step": {"all_gather": 2.0, "all_reduce": 1.0}}})
+    lines = recommend(results)["lines"]
+    assert any(line.startswith("fsdp×2 spends 75 % of each step in exposed all-gather (8.00 MB per step at 0.27 GB/s)")
+               for line in lines)
