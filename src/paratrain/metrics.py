@@ -20,6 +20,7 @@ from typing import IO, Any
 import torch
 
 METRICS_VAR = "PARATRAIN_METRICS"
+MAX_STEPS_VAR = "PARATRAIN_MAX_STEPS"  # compare --steps for a user's script: the Session ends the run there
 PROFILE_VAR = "PARATRAIN_PROFILE"  # "START,COUNT": profile the COUNT steps after step START (compare sets it)
 PHASES = ("data", "forward", "backward", "optimizer")
 

@@ -80,6 +80,8 @@ class Session:
         self.seed = self.options.seed if self.options.seed is not None else 0
         self.grad_norm: float | None = None  # the global gradient norm before the last clipping (grad_clip only)
         self._scaler: torch.amp.GradScaler | None = None
+        max_steps = os.environ.get(metrics.MAX_STEPS_VAR, "")
+        self._max_steps = int(max_steps) if max_steps.isdigit() and int(max_steps) > 0 else None
         self.step_count = 0
         self._micro_done = 0
         self._loss_weight = 1.0 / self.grad_accum
@@ -241,6 +243,10 @@ class Session:
             self.save(str(self._auto.path_for(self.step_count)))
             if self.is_main:
                 self._auto.prune()
+        if self._max_steps is not None and self.step_count >= self._max_steps:
+            notice(f"stopping after {self.step_count} optimizer steps, as `paratrain compare --steps` asked")
+            self.close()
+            raise SystemExit(0)  # every rank is here at the same step: the run ends cleanly
 
     def _clip(self, max_norm: float) -> None:
         """Clip the *global* gradient norm: under DDP the gradients are already the all-reduced ones; under FSDP they

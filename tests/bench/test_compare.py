@@ -12,7 +12,7 @@ import pytest
 
 from paratrain.bench.compare import CompareSettings, plan_cells
 from paratrain.errors import ConfigError
-from tests.helpers.launch import SESSION_TRAIN, check, paratrain
+from tests.helpers.launch import ROOT, SESSION_TRAIN, check, paratrain
 
 pytestmark = pytest.mark.multiprocess
 PNG = b"\x89PNG\r\n\x1a\n"
@@ -123,6 +123,24 @@ def test_users_own_script_is_measured_from_outside(tmp_path):
     assert all(c["status"] == "ok" and len(c["losses"]) == 20 for c in cells.values())
     assert cells["ddp×2"]["loss_max_abs_diff"] <= 1e-5
     assert cells["single×1"]["comm_bytes_per_step"] == 0 and cells["single×1"]["breakdown"]["comm_exposed_s"] == 0
+
+
+def test_script_cells_are_isolated_and_take_steps_and_weak_scaling(tmp_path):
+    script = ROOT / "tests" / "helpers" / "scripts" / "own_checkpoint.py"
+    proc = check(paratrain("compare", "--script", str(script), "--strategies", "single,ddp", "--nproc", "1,2",
+                           "--steps", "14", "--warmup", "2", "--scaling", "weak", "--out", str(tmp_path / "out"),
+                           "--db", str(tmp_path / "h.db"), "--json", cwd=tmp_path, timeout=300))
+    cells = {c["key"]: c for c in json.loads(proc.stdout)["cells"]}
+    # Each cell trained its full --steps (not 40, and not 0 after finding an earlier cell's checkpoint).
+    assert {k: (c["status"], c["steps_done"]) for k, c in cells.items()} == {
+        "single×1": ("ok", 14), "ddp×1": ("ok", 14), "ddp×2": ("ok", 14)}
+    assert not (tmp_path / "ckpt").exists()  # nothing written where compare was started
+    # Weak scaling: each of ddp×2's ranks trains on the loader's whole batch (16), not half of it.
+    ranks = tmp_path / "out" / "cells" / "ddp_2" / "run1" / "metrics" / "rank0.jsonl"
+    first = next(json.loads(line) for line in ranks.read_text().splitlines() if line.startswith('{"step"'))
+    assert first["samples"] == 16
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "global batch the script’s loader" in report and "- Steps: 14" in report
 
 
 def test_precision_applies_to_every_cell_and_the_report_says_so(tmp_path):

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from paratrain import __version__
 from paratrain.bench.runner import CellSpec, run_cell
 from paratrain.errors import ConfigError
+from paratrain.launcher.config import DEFAULT_CONFIG
 from paratrain.launcher.threads import available_cores
 from paratrain.strategies import registry
 from paratrain.strategies.base import Launcher, format_spec
@@ -91,8 +92,8 @@ def _workload(settings: CompareSettings) -> Workload | None:
 
 def _script_args(settings: CompareSettings) -> tuple[str, list[str]]:
     workload = _workload(settings)
-    if workload is None:
-        return str(settings.script), list(settings.script_args)
+    if workload is None:  # absolute: each cell runs in its own working directory
+        return str(Path(str(settings.script)).resolve()), list(settings.script_args)
     args = ["--workload", workload.name, "--steps", str(settings.steps or workload.steps)]
     if settings.scaling == "weak":
         args += ["--per-rank-batch"]
@@ -100,6 +101,23 @@ def _script_args(settings: CompareSettings) -> tuple[str, list[str]]:
         if value is not None:
             args += [flag, str(value)]
     return WORKLOAD_SCRIPT, args
+
+
+def _run_flags(settings: CompareSettings) -> list[str]:
+    """`paratrain run` flags every cell gets: the precision; for a user's script, weak scaling through the per-rank
+    batch, and the paratrain.toml of the folder compare was started from (cells run elsewhere)."""
+    flags = ["--precision", settings.precision] if settings.precision else []
+    if settings.script:
+        if settings.scaling == "weak":
+            flags += ["--per-rank-batch"]
+        if Path(DEFAULT_CONFIG).is_file():
+            flags += ["--config", str(Path(DEFAULT_CONFIG).resolve())]
+    return flags
+
+
+def _max_steps(settings: CompareSettings) -> int | None:
+    """--steps for a user's script: its Session ends the run after that many optimizer steps."""
+    return settings.steps if settings.script else None
 
 
 def default_strategies() -> list[str]:
@@ -130,8 +148,8 @@ def plan_cells(settings: CompareSettings) -> list[Cell]:
             continue
         sizes = [1] if entry.launcher is Launcher.LOCAL else settings.nproc
         for n in sizes:
-            flags = ["--precision", settings.precision] if settings.precision else []
-            cells.append(Cell(CellSpec(normalized, n, script, args, flags), normalized, n))
+            cells.append(Cell(CellSpec(normalized, n, script, args, _run_flags(settings), _max_steps(settings)),
+                              normalized, n))
     if not any(c.spec for c in cells):
         raise ConfigError("none of the requested methods can run here", hint="see `paratrain doctor`")
     return cells

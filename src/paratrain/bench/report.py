@@ -298,6 +298,10 @@ def reproduce_command(results: dict[str, Any]) -> str:
     return shlex.join(cmd)
 
 
+def _or_script(value: Any, otherwise: str) -> str:
+    return otherwise if value is None else str(value)
+
+
 def _settings_md(results: dict[str, Any]) -> list[str]:
     s = results.get("settings") or {}
     what = (f"workload `{s['workload']}`" if s.get("workload")
@@ -305,9 +309,10 @@ def _settings_md(results: dict[str, Any]) -> list[str]:
     tokens = f", {s['tokens_per_sample']} tokens per sample" if s.get("tokens_per_sample") else ""
     return [f"- What: {what}", f"- Methods: {', '.join(s.get('strategies') or [])}",
             f"- Processes: {', '.join(map(str, s.get('nproc') or []))}",
-            f"- Steps: {s.get('steps')} (the first {s.get('warmup')} are warm-up, not timed), "
-            f"repeat {s.get('repeat')}",
-            f"- Scaling: {s.get('scaling')}, global batch {s.get('global_batch')}{tokens}",
+            f"- Steps: {_or_script(s.get('steps'), 'as many as the script runs')} (the first {s.get('warmup')} are "
+            f"warm-up, not timed), repeat {s.get('repeat')}",
+            f"- Scaling: {s.get('scaling')}, global batch {_or_script(s.get('global_batch'), 'the script’s loader')}"
+            f"{tokens}",
             f"- Precision: {s.get('precision') or 'fp32'}",
             f"- CPU threads: {_threads_text(results)}"]
 

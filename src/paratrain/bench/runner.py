@@ -19,7 +19,7 @@ from typing import Any
 
 from paratrain.bench.collect import read_rank_files, summarize
 from paratrain.launcher.threads import choose_threads, oversubscribed
-from paratrain.metrics import METRICS_VAR, PROFILE_VAR
+from paratrain.metrics import MAX_STEPS_VAR, METRICS_VAR, PROFILE_VAR
 
 
 @dataclass(frozen=True)
@@ -29,6 +29,7 @@ class CellSpec:
     script: str
     args: list[str] = field(default_factory=list)
     run_flags: list[str] = field(default_factory=list)  # training options for `paratrain run`, e.g. --precision
+    max_steps: int | None = None  # compare --steps for a user's script: its Session stops there
 
 
 
@@ -64,6 +65,11 @@ def run_cell(spec: CellSpec, folder: Path, *, warmup: int, timeout: float, token
     env = dict(os.environ, **{METRICS_VAR: str(metrics_dir)})
     if profile_steps:  # the steps right after warm-up run under the profiler, for the time breakdown
         env[PROFILE_VAR] = f"{max(warmup, 1)},{profile_steps}"
+    if spec.max_steps:
+        env[MAX_STEPS_VAR] = str(spec.max_steps)
+    # Its own working directory: files the script writes (checkpoints, logs) cannot leak into the next cell.
+    work = folder / "work"
+    work.mkdir()
     # Every cell gets the same machine: its processes together use all the cores (an OMP_NUM_THREADS the user
     # set for other work would otherwise give one process a fraction of what several processes get).
     share = choose_threads(spec.nproc, environ={})
@@ -75,7 +81,7 @@ def run_cell(spec: CellSpec, folder: Path, *, warmup: int, timeout: float, token
     start = time.perf_counter()
     with log.open("w") as fh:
         proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env, start_new_session=True)
+                                env=env, cwd=work, start_new_session=True)
         try:
             while proc.poll() is None:
                 if time.perf_counter() - start > timeout:
