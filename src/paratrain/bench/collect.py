@@ -106,13 +106,16 @@ def _rank_breakdown(steps: dict[int, list[dict[str, Any]]], measured: list[int],
     if not timed or not basis:
         return None
     step = statistics.median(max(r["dt"] for r in steps[s]) for s in measured)  # the cell's step, as timed
-    basis_step = statistics.median(r["dt"] for r in basis)
-    if basis_step <= 0:
+    # Fractions of the summed time (not medians of each phase, which need not come from the same step and could
+    # add up to more than a step): the phases are disjoint parts of each step, so they never exceed the whole.
+    basis_time = sum(r["dt"] for r in basis)
+    if basis_time <= 0:
         return None
-    med = {k: statistics.median(r["phases"].get(k, 0.0) for r in basis) / basis_step
+    med = {k: sum(r["phases"].get(k, 0.0) for r in basis) / basis_time
            for k in ("data", "forward", "backward", "optimizer")}
-    exposed = min(profile["comm_exposed_s"] / basis_step, med["forward"] + med["backward"]) if window else 0.0
-    total = profile["comm_total_s"] / basis_step if window else 0.0
+    per_step = len(basis) / basis_time  # the profile's figures are per step
+    exposed = min(profile["comm_exposed_s"] * per_step, med["forward"] + med["backward"]) if window else 0.0
+    total = profile["comm_total_s"] * per_step if window else 0.0
     parts = {"compute_s": med["forward"] + med["backward"] - exposed, "comm_exposed_s": exposed,
              "comm_total_s": total, "data_s": med["data"], "optimizer_s": med["optimizer"]}
     parts["other_s"] = max(0.0, 1.0 - sum(v for k, v in parts.items() if k != "comm_total_s"))
