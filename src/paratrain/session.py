@@ -299,6 +299,12 @@ class Session:
             t = t.to(orig_device)
         return t if is_tensor else t.item()
 
+    def log(self, **values: float) -> None:
+        """Record named metrics (``session.log(val_acc=0.93)``): `paratrain compare` shows the main rank's last value
+        of each beside the loss. A no-op when nothing is measuring, so scripts can keep the call."""
+        if self.is_main:
+            metrics.log(**values)
+
     def print(self, *args: object, **kwargs: Any) -> None:
         """print() on the main rank only."""
         if self.is_main:

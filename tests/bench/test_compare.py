@@ -135,6 +135,9 @@ def test_script_cells_are_isolated_and_take_steps_and_weak_scaling(tmp_path):
     assert {k: (c["status"], c["steps_done"]) for k, c in cells.items()} == {
         "single×1": ("ok", 14), "ddp×1": ("ok", 14), "ddp×2": ("ok", 14)}
     assert not (tmp_path / "ckpt").exists()  # nothing written where compare was started
+    assert all(c["extra"] == {"val_acc": 0.6} for c in cells.values())  # session.log: the last value, step 10
+    losses = cells["single×1"]["losses"]
+    assert cells["single×1"]["final_loss"] == pytest.approx(losses[-1])  # 14 steps: a tenth is one step
     # Weak scaling: each of ddp×2's ranks trains on the loader's whole batch (16), not half of it.
     ranks = tmp_path / "out" / "cells" / "ddp_2" / "run1" / "metrics" / "rank0.jsonl"
     first = next(json.loads(line) for line in ranks.read_text().splitlines() if line.startswith('{"step"'))

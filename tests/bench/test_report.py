@@ -206,3 +206,15 @@ def test_a_communication_bound_cell_is_explained_in_words():
     lines = recommend(results)["lines"]
     assert any(line.startswith("fsdp×2 spends 75 % of each step in exposed all-gather (8.00 MB per step at 0.27 GB/s)")
                for line in lines)
+
+
+def test_repeat_spread_makes_a_tie_and_says_so():
+    # ddp×2 is 1900 samples/s in the sample; make single×1 10 % slower, but with repeats spread by 15 %.
+    results = sample_results(cell_changes={
+        "single×1": {"samples_per_s": 1730.0, "repeat_samples_per_s": [1600.0, 1730.0, 1860.0]},
+        "ddp×2": {"repeat_samples_per_s": [1800.0, 1900.0, 1950.0]}})
+    rec = recommend(results)
+    assert rec["winner"] == "single×1"
+    assert any("ddp×2 measured 1.1× single×1, within run-to-run noise (±15 %, the widest spread --repeat measured): "
+               "a tie" in line for line in rec["lines"])
+    assert recommend(sample_results())["winner"] == "ddp×2"  # without the spread, 10 % is a real difference

@@ -7,6 +7,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+SMOOTH_MAX = 20  # steps averaged into the final loss
+
 
 def read_rank_files(folder: Path) -> dict[int, list[dict[str, Any]]]:
     ranks: dict[int, list[dict[str, Any]]] = {}
@@ -85,8 +87,10 @@ def summarize(folder: Path, *, warmup: int, launch_time: float, tokens_per_sampl
     first = steps.get(complete[0]) if complete else None
     if first:
         out["startup_s"] = min(r["t"] for r in first) - launch_time
-    # The per-step global loss is exact (rank shares of the global mean); the script's own log is a fallback.
-    out["final_loss"] = losses[-1] if losses else logged.get("final_loss")
+    # The per-step global loss is exact (rank shares of the global mean); the script's own log is a fallback. One
+    # batch's loss is noisy, so the final loss is the mean over the last tenth of the steps (1 to 20 of them).
+    tail = losses[-max(1, min(SMOOTH_MAX, len(losses) // 10)):]
+    out["final_loss"] = sum(tail) / len(tail) if tail else logged.get("final_loss")
     return out
 
 

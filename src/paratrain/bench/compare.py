@@ -171,6 +171,7 @@ def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
     ok.sort(key=lambda r: r.get("samples_per_s") or 0.0)
     chosen = dict(ok[len(ok) // 2])
     chosen["repeats"] = len(runs)
+    chosen["repeat_samples_per_s"] = [r.get("samples_per_s") for r in ok]  # the run-to-run spread, for ties
     return chosen
 
 

@@ -126,13 +126,24 @@ def _memory_lines(ok: list[dict[str, Any]], win: dict[str, Any]) -> list[str]:
 NOISE = 0.05  # throughput differences under 5 % are within run-to-run noise on a shared machine
 
 
+def spread(cell: dict[str, Any]) -> float:
+    """Run-to-run spread of a cell's throughput over its --repeat runs, (max − min) / median; 0 with one run."""
+    runs = sorted(v for v in cell.get("repeat_samples_per_s") or [] if v)
+    return (runs[-1] - runs[0]) / runs[len(runs) // 2] if len(runs) > 1 else 0.0
+
+
+def noise(candidates: list[dict[str, Any]]) -> float:
+    """Differences under this are not differences: 5 %, or the widest spread --repeat measured."""
+    return max([NOISE, *(spread(c) for c in candidates)])
+
+
 def _simplest_of_the_fastest(candidates: list[dict[str, Any]], ref_key: str | None) -> dict[str, Any] | None:
     """The fastest cell, unless a simpler one (fewer processes, or the reference itself) is within noise of it:
     nobody should be told to switch to a distributed method for a 2 % difference."""
     if not candidates:
         return None
     best = _sps(candidates[0]) or 0.0
-    close = [c for c in candidates if (_sps(c) or 0.0) >= best * (1 - NOISE)]
+    close = [c for c in candidates if (_sps(c) or 0.0) >= best * (1 - noise(candidates))]
     return min(close, key=lambda c: (c.get("nproc", 1), c["key"] != ref_key, -(_sps(c) or 0.0)))
 
 
@@ -157,6 +168,12 @@ def recommend(results: dict[str, Any]) -> dict[str, Any]:
     lines: list[str] = []
     if win is not None:
         lines.append(_winner_line(win, base, len(ok) - 1))
+        fastest = max(candidates, key=lambda c: _sps(c) or 0.0)
+        if fastest is not win:
+            measured = "the widest spread --repeat measured" if noise(candidates) > NOISE else "this machine's noise"
+            lines.append(f"{fastest['key']} measured {_x(_sps(fastest) / _sps(win))} {win['key']}, within run-to-run "
+                         f"noise (±{noise(candidates) * 100:.0f} %, {measured}): a tie, so the simpler "
+                         f"{win['key']} is recommended.")
     elif ok:
         lines.append(f"No recommendation: every method that finished has losses that differ from {ref_key} by "
                      f"more than {tolerance(results):.0e}.")
