@@ -9,25 +9,23 @@ so ``fn`` must be importable by name — checked before anything starts, with th
 
 from __future__ import annotations
 
-import contextlib
-import json
 import logging
 import os
 import pickle
 import socket
 import sys
 import tempfile
-import time
 import traceback
 import uuid
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from paratrain import options as train_options
 from paratrain.distenv import FAILURES_VAR, NPROC_VAR, STRATEGY_VAR, TIMEOUT_VAR, option_var
 from paratrain.errors import ConfigError, LaunchError
+from paratrain.launcher import plan, worker
 
-NOTE_PREFIX = "launch-failure-rank"
 NOTEBOOK_FIX = ("put the function in a .py file next to the notebook (a cell can write one with %%writefile "
                 "train_fn.py) and import it from there: `from train_fn import train`")
 
@@ -106,35 +104,13 @@ def _rank_main(fn: Callable[..., Any], args: tuple[Any, ...], env: dict[str, str
         from paratrain.strategies import _procgroup
 
         _procgroup.mark_failing()  # close() must not wait in a barrier for ranks that wait for this one
-        _note_failure(exc)
+        # The same timed failure note `paratrain run`'s workers leave, read back the same way (plan.first_noted).
+        worker.note("failure", {"error": f"{type(exc).__name__}: {exc}",
+                                "traceback": "".join(traceback.format_exception(exc))})
         raise
     finally:
         if session is not None:
             session.close()
-
-
-def _note_failure(exc: BaseException) -> None:
-    folder = os.environ.get(FAILURES_VAR)
-    if not folder:
-        return
-    rank = int(os.environ.get("RANK", "0"))
-    note = {"rank": rank, "time": time.time(), "error": f"{type(exc).__name__}: {exc}",
-            "traceback": "".join(traceback.format_exception(exc))}
-    with contextlib.suppress(OSError), open(os.path.join(folder, f"{NOTE_PREFIX}{rank}.json"), "w") as fh:
-        json.dump(note, fh)
-
-
-def _first_noted(folder: str) -> RankError | None:
-    notes = []
-    for name in os.listdir(folder):
-        if not name.startswith(NOTE_PREFIX):
-            continue  # the Session's own progress notes share the folder
-        with contextlib.suppress(OSError, ValueError), open(os.path.join(folder, name)) as fh:
-            notes.append(json.load(fh))
-    if not notes:
-        return None
-    first = min(notes, key=lambda n: (n["time"], n["rank"]))
-    return RankError(first["rank"], first["error"], first["traceback"])
 
 
 def _failure(exc: Exception) -> RankError:
@@ -188,7 +164,10 @@ def launch(fn: Callable[..., Any], *args: Any, strategy: str = "ddp", nproc: int
             try:
                 results = elastic_launch(config, _rank_main)(fn, args, {**env, FAILURES_VAR: notes}, threads)
             except ChildFailedError as exc:
-                raise (_first_noted(notes) or _failure(exc)) from None
+                noted = plan.first_noted(Path(notes))
+                if noted is not None:
+                    raise RankError(noted["rank"], noted["error"], noted.get("traceback", "")) from None
+                raise _failure(exc) from None
     finally:
         for log, level in zip(loggers, levels, strict=True):
             log.setLevel(level)

@@ -296,7 +296,7 @@ def _read_notes(notes: Path, kind: str) -> list[dict]:
     return [d for d in found if d.get("attempt", 0) == last]
 
 
-def _first_noted(notes: Path) -> dict | None:
+def first_noted(notes: Path) -> dict | None:
     """The earliest failure the workers noted themselves (sub-second times) in the last restart, if any."""
     found = _read_notes(notes, "failure")
     return min(found, key=lambda d: d["time"]) if found else None
@@ -322,7 +322,7 @@ def _raise_first_failure(exc, notes: Path, world_size: int) -> None:
     if causes and rank not in causes:
         rank = min(causes, key=lambda r: (causes[r].timestamp, r))
         failure = causes[rank]
-    noted = _first_noted(notes)
+    noted = first_noted(notes)
     if noted is not None and noted["rank"] in exc.failures:
         rank, failure = noted["rank"], exc.failures[noted["rank"]]
     line = _failure_line(rank, failure, noted["error"] if noted and noted["rank"] == rank else None,

@@ -44,7 +44,7 @@ def _run_script(script: str, args: list[str]) -> None:
     runpy.run_path(script, run_name="__main__")
 
 
-def _note(name: str, data: dict) -> None:
+def note(name: str, data: dict) -> None:
     """Write a small JSON note for the launcher into the failures folder (if this launch has one)."""
     folder = os.environ.get(FAILURES_VAR)
     if not folder:
@@ -70,7 +70,7 @@ def _note_failure(summary: str) -> None:
     from paratrain.strategies import _procgroup
 
     _procgroup.mark_failing()  # the Session's exit must not wait in a barrier for ranks that wait for us
-    _note("failure", {"error": summary})
+    note("failure", {"error": summary})
 
 
 def _exit_code_of(exc: SystemExit) -> int:
@@ -101,7 +101,7 @@ def _leave_process_group() -> None:
 def _wind_down(code: int) -> int:
     """Leave as the interpreter would, minus finalization (where gloo can abort a process whose work is done)."""
     if code == 0:
-        _note("done", {})
+        note("done", {})
     with contextlib.suppress(Exception):
         _join_threads()
     atexit._run_exitfuncs()  # the script's handlers and the Session's close(), in the usual order
