@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from paratrain import options as train_options
-from paratrain.distenv import FAILURES_VAR, NPROC_VAR, STRATEGY_VAR, TIMEOUT_VAR, option_var
+from paratrain.distenv import FAILURES_VAR, NPROC_VAR
 from paratrain.errors import ConfigError, LaunchError
 from paratrain.launcher import plan, worker
 
@@ -79,11 +79,7 @@ def _worker_env(strategy: str, nproc: int, train: dict[str, Any], timeout: float
                           hint=f'use strategy="ddp", nproc={nproc} for several processes')
     if registry.info(cls.method).launcher not in (Launcher.LOCAL, Launcher.TORCHRUN):
         raise ConfigError(f"{format_spec(cls.method, opts)} cannot be started by paratrain.launch in this version")
-    env = {STRATEGY_VAR: str(cls.method), NPROC_VAR: str(nproc), **train_options.to_env(train)}
-    env.update({option_var(k): v for k, v in opts.to_strings().items()})
-    if timeout:
-        env[TIMEOUT_VAR] = f"{timeout:g}"
-    return env
+    return {**plan.method_env(cls, opts, train, timeout), NPROC_VAR: str(nproc)}
 
 
 def _rank_main(fn: Callable[..., Any], args: tuple[Any, ...], env: dict[str, str], threads: int) -> Any:

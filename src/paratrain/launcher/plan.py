@@ -37,7 +37,7 @@ from paratrain.launcher.threads import ThreadChoice, choose_threads, oversubscri
 from paratrain.launcher.torch_import import load_torch
 from paratrain.launcher.watchdog import Watchdog, explain_timeout
 from paratrain.strategies import registry
-from paratrain.strategies.base import Launcher, format_spec, parse_spec
+from paratrain.strategies.base import Launcher, StrategyOptions, format_spec, parse_spec
 
 STALL_HINT = ("every rank must make the same collective calls in the same order (evaluate on all ranks, or let "
               "the others wait in session.barrier()); raise --timeout / --stall-timeout if a rank is just slow")
@@ -113,6 +113,17 @@ def _interface_towards(host: str) -> str | None:
     return None
 
 
+def method_env(cls: type, options: StrategyOptions, train: dict, timeout: float | None) -> dict[str, str]:
+    """What a worker's Session reads to know its method, the method's options, the training options and the
+    collective timeout — the same for `paratrain run` and `paratrain.launch`."""
+    env = {STRATEGY_VAR: str(cls.method)}
+    env.update({option_var(k): v for k, v in options.to_strings().items()})
+    env.update(train_options.to_env(train))
+    if timeout:
+        env[TIMEOUT_VAR] = f"{timeout:g}"
+    return env
+
+
 def build_plan(config: RunConfig) -> LaunchPlan:
     registry.info(parse_spec(config.strategy)[0])  # a misspelt method is reported without waiting for torch
     load_torch()  # the method's module imports torch: here, the launcher's one fast import
@@ -128,11 +139,7 @@ def build_plan(config: RunConfig) -> LaunchPlan:
     _check_compiles(script)
     info = registry.info(cls.method)
     spec = format_spec(cls.method, options)
-    env = {STRATEGY_VAR: str(cls.method)}
-    env.update({option_var(k): v for k, v in options.to_strings().items()})
-    env.update(train_options.to_env(config.train_options()))
-    if config.timeout:
-        env[TIMEOUT_VAR] = f"{config.timeout:g}"
+    env = method_env(cls, options, config.train_options(), config.timeout)
     if config.checkpoint_dir:
         env[CHECKPOINT_DIR_VAR] = str(Path(config.checkpoint_dir).resolve())
         env[CHECKPOINT_EVERY_VAR] = str(config.checkpoint_every)
