@@ -22,7 +22,8 @@ from paratrain.errors import ConfigError, did_you_mean
 TRAIN_VAR = "PARATRAIN_TRAIN"  # JSON of the options the launcher was given
 PRECISIONS = ("fp32", "bf16-mixed", "fp16-mixed", "bf16-true")
 FLAGS = {"precision": "--precision", "grad_clip": "--grad-clip", "compile": "--compile", "seed": "--seed",
-         "grad_accum": "--grad-accum", "per_rank_batch": "--per-rank-batch"}
+         "grad_accum": "--grad-accum", "per_rank_batch": "--per-rank-batch",
+         "sync_batchnorm": "--sync-batchnorm/--no-sync-batchnorm"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,7 +33,9 @@ class TrainOptions:
     to this value before each optimizer step (None: never). ``compile``: ``torch.compile`` the model (True:
     inductor; a string names the backend). ``seed``: seed Python, NumPy and torch identically on every rank (None:
     leave them alone; the loader's shuffle then uses 0). ``grad_accum``: micro-batches per optimizer step.
-    ``per_rank_batch``: read the loader's batch size as per rank instead of global."""
+    ``per_rank_batch``: read the loader's batch size as per rank instead of global. ``sync_batchnorm``: under
+    multi-process methods on GPUs, BatchNorm layers become ``SyncBatchNorm`` (statistics over the global batch, as
+    one process computes them); False keeps per-rank statistics, which saves one all-reduce per layer per forward."""
 
     precision: str = "fp32"
     grad_clip: float | None = None
@@ -40,6 +43,7 @@ class TrainOptions:
     seed: int | None = None
     grad_accum: int = 1
     per_rank_batch: bool = False
+    sync_batchnorm: bool = True
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
@@ -57,8 +61,9 @@ class TrainOptions:
             raise ConfigError(f"seed={self.seed!r} must be an integer between 0 and 2**32-1")
         if isinstance(self.grad_accum, bool) or not isinstance(self.grad_accum, int) or self.grad_accum < 1:
             raise ConfigError(f"grad_accum={self.grad_accum} must be 1 or more")
-        if not isinstance(self.per_rank_batch, bool):
-            raise ConfigError(f"per_rank_batch={self.per_rank_batch!r} must be true or false")
+        for name in ("per_rank_batch", "sync_batchnorm"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name}={getattr(self, name)!r} must be true or false")
 
     @property
     def compile_backend(self) -> str | None:

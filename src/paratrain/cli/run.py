@@ -18,9 +18,9 @@ The method reaches the script's paratrain.Session through PARATRAIN_* variables,
 scripts (init_process_group from RANK/WORLD_SIZE) run unchanged too.
 
 Options may also come from paratrain.toml in the current directory, or --config FILE (flags win).
-The training options (--precision, --grad-clip, --compile, --seed, --grad-accum, --per-rank-batch) reach
-the script's Session and mean the same under every method; the script may set them in Session(...) instead,
-but not to a different value.
+The training options (--precision, --grad-clip, --compile, --seed, --grad-accum, --per-rank-batch,
+--sync-batchnorm) reach the script's Session and mean the same under every method; the script may set them
+in Session(...) instead, but not to a different value.
 
 Examples:
   paratrain run --strategy ddp --nproc 2 train.py --lr 3e-4
@@ -77,6 +77,10 @@ def run(
     grad_accum: int = typer.Option(None, "--grad-accum", help="Micro-batches per optimizer step (default 1)."),
     per_rank_batch: bool = typer.Option(None, "--per-rank-batch",
                                         help="Read the loader's batch size as per rank, not global."),
+    sync_batchnorm: bool = typer.Option(None, "--sync-batchnorm/--no-sync-batchnorm",
+                                        help="BatchNorm → SyncBatchNorm under multi-process methods on GPUs "
+                                             "(default on: the statistics of one process; off saves an all-reduce "
+                                             "per layer per forward)."),
     verbose: bool = typer.Option(None, "--verbose", "-v", help="Show torchrun's own logging."),
 ) -> Callable[[], int] | None:
     from paratrain.errors import ConfigError
@@ -91,7 +95,7 @@ def run(
              "stall_timeout": stall_timeout, "rendezvous_timeout": rendezvous_timeout, "checkpoint_dir": checkpoint_dir,
              "checkpoint_every": checkpoint_every, "keep": keep, "threads": threads, "verbose": verbose,
              "precision": precision, "grad_clip": grad_clip, "compile": compile_model, "seed": seed,
-             "grad_accum": grad_accum, "per_rank_batch": per_rank_batch,
+             "grad_accum": grad_accum, "per_rank_batch": per_rank_batch, "sync_batchnorm": sync_batchnorm,
              "script": script, "args": list(args or [])}
     values = {**slurm_defaults(os.environ), **load_config(config)}  # a SLURM allocation < paratrain.toml < flags
     settings = merge(values, flags)

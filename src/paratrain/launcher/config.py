@@ -41,6 +41,7 @@ class RunConfig:
     seed: int | None = None
     grad_accum: int | None = None
     per_rank_batch: bool | None = None
+    sync_batchnorm: bool | None = None
     verbose: bool = False
     script: str = ""
     args: list[str] = field(default_factory=list)
