@@ -88,6 +88,7 @@ class ShardedLoader:
         seed: int,
         on_micro_batch: Callable[[MicroBatch], None],
         on_data: Callable[[float], None] | None = None,
+        on_epoch: Callable[[str, int], None] | None = None,
     ) -> None:
         if isinstance(loader.dataset, IterableDataset):
             raise ConfigError("prepare() cannot shard an IterableDataset (it has no indices)",
@@ -101,6 +102,7 @@ class ShardedLoader:
         self.seed = seed
         self.on_micro_batch = on_micro_batch
         self.on_data = on_data  # seconds each batch took to load and move to the device (compare's breakdown)
+        self.on_epoch = on_epoch or (lambda event, epoch: None)  # ("epoch_start"|"epoch_end", epoch): wall per epoch
         self.epoch = 0
         self.batch = 0  # global batches already consumed in this epoch
 
@@ -151,6 +153,8 @@ class ShardedLoader:
         if self.batch >= len(batches):
             self.epoch, self.batch = self.epoch + 1, 0
             batches = self.global_batches()
+        if self.batch == 0:
+            self.on_epoch("epoch_start", self.epoch)
         plan = [m for b in batches[self.batch:]
                 for m in plan_global_batch(b, self.rank, self.world_size, self.grad_accum)]
         src = self.loader
@@ -174,4 +178,5 @@ class ShardedLoader:
             yield batch
             fetching = time.perf_counter()
         if self.batch >= len(batches):
+            self.on_epoch("epoch_end", self.epoch)
             self.epoch, self.batch = self.epoch + 1, 0

@@ -19,9 +19,14 @@ from typing import IO, Any
 
 import torch
 
+from paratrain.model_facts import model_facts
+
 METRICS_VAR = "PARATRAIN_METRICS"
 MAX_STEPS_VAR = "PARATRAIN_MAX_STEPS"  # compare --steps for a user's script: the Session ends the run there
 PROFILE_VAR = "PARATRAIN_PROFILE"  # "START,COUNT": profile the COUNT steps after step START (compare sets it)
+# compare's seed floor: reseed the RNGs after prepare() with this value — other dropout masks, the same initial
+# weights (built before prepare) and the same data order (the loader's shuffle has its own seed)
+RESEED_VAR = "PARATRAIN_RESEED"
 PHASES = ("data", "forward", "backward", "optimizer")
 
 
@@ -112,8 +117,9 @@ class StepRecorder:
             # The thread count the process really trains with, read here rather than trusted from the launcher.
             # param_count is the whole model's (a sharded DTensor's numel() is its global size): `advise` matches
             # measurements to the model it is asked about by it.
+            # model facts (dropout, BatchNorm, convolutions) let compare say why losses may differ between methods.
             self.write({"state_bytes": state_bytes(model, optimizer), "threads": torch.get_num_threads(),
-                        "param_count": sum(p.numel() for p in model.parameters())})
+                        "param_count": sum(p.numel() for p in model.parameters()), "model": model_facts(model)})
             self._state_written = True
         now = time.perf_counter()
         record = {"step": step, "t": time.time(), "dt": now - self._last, "loss": self._loss,
@@ -145,13 +151,18 @@ class StepRecorder:
             self._profiler, self._profile_at = None, None
             self.write({"profile": result})
 
+    def epoch(self, event: str, epoch: int) -> None:
+        """The loader started (``epoch_start``) or finished (``epoch_end``) a pass: compare's wall time per epoch
+        counts everything the script does between two starts — evaluation and checkpoints included."""
+        self.write({event: epoch, "t": time.time()})
+
     def close(self, device: torch.device | None) -> None:
         if self._file is None:
             return
         if self._profiler is not None:  # the script ended inside the profiled window: no breakdown
             self._profiler.__exit__(None, None, None)
             self._profiler = None
-        summary: dict[str, Any] = {"summary": True, "peak_rss_bytes": peak_rss_bytes()}
+        summary: dict[str, Any] = {"summary": True, "peak_rss_bytes": peak_rss_bytes(), "t": time.time()}
         if device is not None and device.type == "cuda":
             summary["cuda_max_allocated_bytes"] = torch.cuda.max_memory_allocated(device)
         self.write(summary)

@@ -17,7 +17,7 @@ from typing import Any, Literal
 import torch
 import torch.distributed as dist
 
-from paratrain import checkpoint, metrics
+from paratrain import batchnorm, checkpoint, evaluation, metrics
 from paratrain import options as train_options
 from paratrain import precision as amp
 from paratrain.console import notice, user_print
@@ -146,6 +146,9 @@ class Session:
                 hint="leave it out of prepare() and call scheduler.step(metric) yourself after evaluating",
             )
         opts = self.options
+        multi = registry.info(self._strategy.method).launcher is Launcher.TORCHRUN  # one process per device
+        model = batchnorm.convert(model, multi_process=multi, world_size=self.world_size,
+                                  device_type=self.device.type, enabled=opts.sync_batchnorm, is_main=self.is_main)
         if opts.precision == "bf16-true":
             model = model.to(torch.bfloat16)  # in place: the optimizer's parameters are the same objects
         with self._progress.phase("session.prepare"):
@@ -168,11 +171,14 @@ class Session:
                 per_rank_batch=self.per_rank_batch, device=self.device, seed=self.seed,
                 on_micro_batch=self._on_micro_batch,
                 on_data=self._metrics.data_ready if self._metrics.enabled else None,
+                on_epoch=self._metrics.epoch if self._metrics.enabled else None,
             )
             self._used["loader"] = self.world_size == 1  # one process: the user's own loader is the same data
         if self._auto is not None and (latest := self._auto.latest()) is not None:
             self.load(str(latest))  # a restarted job continues where its last complete checkpoint left it
             notice(f"resumed from {latest} (step {self.step_count})")
+        if reseed := os.environ.get(metrics.RESEED_VAR):  # compare's seed floor (see metrics.RESEED_VAR)
+            _seed_everything(int(reseed))
         out: tuple = (model, optimizer, self._loader)
         return (*out, scheduler) if scheduler is not None else out
 
@@ -298,6 +304,20 @@ class Session:
                 t = t / self.world_size
             t = t.to(orig_device)
         return t if is_tensor else t.item()
+
+    def prepare_eval(self, loader: torch.utils.data.DataLoader) -> evaluation.EvalLoader:
+        """This rank's share of an evaluation loader: over all ranks every sample exactly once, in dataset order,
+        the same number of batches on every rank (a rank with too few samples gets batches of 0 samples, so a
+        sharded forward never waits for a rank that stopped), moved to the device. Before or after prepare(),
+        once per evaluation set. Sum metrics with ``all_reduce(x, op="sum")``; see :mod:`paratrain.evaluation`."""
+        return evaluation.EvalLoader(loader, rank=self.rank, world_size=self.world_size, device=self.device)
+
+    def gather(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Every rank's tensor concatenated along dim 0 in rank order, returned on every rank (detached, on the
+        tensor's device); dim 0 may differ per rank, the rest must not. Over an eval loader's outputs that is the
+        dataset order. Every rank must call it."""
+        with self._progress.phase("session.gather"):
+            return evaluation.gather(tensor, world_size=self.world_size, device=self.device)
 
     def log(self, **values: float) -> None:
         """Record named metrics (``session.log(val_acc=0.93)``): `paratrain compare` shows the main rank's last value

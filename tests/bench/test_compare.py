@@ -44,8 +44,11 @@ def test_results_schema_and_equivalence(mlp_run):
         assert cell["samples_per_s"] > 0 and cell["step_time_median_s"] > 0
         assert len(cell["peak_mem_bytes"]) == cell["nproc"] and len(cell["state_bytes"]) == cell["nproc"]
         assert cell["loss_max_abs_diff"] is not None and cell["loss_max_abs_diff"] <= 1e-5
+        assert cell["equivalence"] == "exact", cell["equivalence_reason"]  # an MLP still matches exactly
         assert len(cell["losses"]) == 12 and 0 < cell["extra"]["accuracy"] <= 1
     assert results["reference"] == "ddp×1"
+    assert results["floors"] == {}  # every cell exact: no noise floor was needed, nothing extra ran
+    assert cells["ddp×1"]["model"] == {"dropout": [], "batchnorm": [], "sync_batchnorm": False, "conv": False}
     # Every cell gets the whole machine, whatever OMP_NUM_THREADS the test environment sets (1): the thread count
     # each worker reported equals the cores divided by the cell's processes.
     cores = len(os.sched_getaffinity(0))
@@ -75,7 +78,9 @@ def test_report_files_plots_and_history(mlp_run):
         assert (out / name).read_bytes()[:8] == PNG
     with open(out / "results.csv") as fh:
         assert len(list(csv.DictReader(fh))) == len(results["cells"])
-    assert "NOT EQUIVALENT" not in (out / "report.md").read_text().split("## Equivalence")[1]
+    section = (out / "report.md").read_text().split("## Equivalence")[1].split("## How to reproduce")[0]
+    verdicts = [line for line in section.splitlines() if line.startswith("- ")]
+    assert len(verdicts) == len(results["cells"]) and not any("NOT EQUIVALENT" in v for v in verdicts), verdicts
     with sqlite3.connect(root / "history.db") as db:
         assert db.execute("SELECT id FROM runs").fetchall() == [(results["id"],)]
     listed = check(paratrain("history", "--db", str(root / "history.db"), "--json"))
@@ -123,6 +128,19 @@ def test_users_own_script_is_measured_from_outside(tmp_path):
     assert all(c["status"] == "ok" and len(c["losses"]) == 20 for c in cells.values())
     assert cells["ddp×2"]["loss_max_abs_diff"] <= 1e-5
     assert cells["single×1"]["comm_bytes_per_step"] == 0 and cells["single×1"]["breakdown"]["comm_exposed_s"] == 0
+
+
+def test_a_ported_script_gets_its_wall_time_per_epoch_and_its_validation_metrics(tmp_path):
+    """examples/port_cnn.py evaluates after each epoch: the epoch's wall time includes that, the step times do not."""
+    proc = check(paratrain("compare", "--script", str(ROOT / "examples" / "port_cnn.py"), "--script-args",
+                           "--epochs 2 --ckpt-dir none", "--strategies", "single", "--nproc", "1", "--warmup", "2",
+                           "--out", str(tmp_path / "out"), "--db", str(tmp_path / "h.db"), "--json", timeout=300))
+    cell = json.loads(proc.stdout)["cells"][0]
+    assert cell["status"] == "ok" and cell["epochs_done"] == 2, cell
+    steps_per_epoch = cell["steps_done"] // 2
+    assert cell["epoch_wall_s"] > 0.8 * steps_per_epoch * cell["step_time_median_s"]
+    assert set(cell["extra"]) == {"val_loss", "val_acc"} and cell["extra"]["val_acc"] > 0.8
+    assert "epoch s" in (tmp_path / "out" / "report.md").read_text()
 
 
 def test_script_cells_are_isolated_and_take_steps_and_weak_scaling(tmp_path):

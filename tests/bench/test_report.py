@@ -95,7 +95,7 @@ def test_table_sorted_starred_and_flagged_red():
     methods = list(table.columns[0].cells)
     assert methods[0] == "[bold green]★ ddp×2[/]"
     assert methods[1:] == ["fsdp×2", "single×1", "ddp×1", "deepspeed:zero=2×2", "horovod×2"]
-    diffs = list(table.columns[9].cells)
+    diffs = list(table.columns[10].cells)
     assert diffs[1] == "[bold red]3.0e-03[/]" and diffs[2] == "ref" and diffs[0] == "2.0e-07"
     text = _render(table)
     assert "unavailable: horovod is not installed" in text and "failed: worker 1 exited" in text

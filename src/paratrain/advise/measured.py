@@ -27,7 +27,7 @@ def measurements(params: int, world: int, db: str | Path | None = None) -> dict[
     for run in runs:
         results = store.load_run(run["id"], db)
         cells = [c for c in results.get("cells", []) if c.get("status") == "ok" and c.get("samples_per_s")
-                 and c.get("param_count") == params]
+                 and c.get("param_count") == params and c.get("equivalence") != "not_equivalent"]
         ref = next((c for c in cells if c["strategy"] == "single" and c["nproc"] == 1), None)
         if ref is None:
             continue

@@ -80,7 +80,7 @@ PRESETS: dict[str, tuple[Transformer, dict[str, bool], str]] = {
     "llama-13b": (_llama(40, 5120, 40, 13824, 2048), {"biases": False, "tied": False}, "LLaMA 13B"),
     "llama-70b": (_llama(80, 8192, 64, 28672, 4096, kv=8), {"biases": False, "tied": False}, "Llama 2 70B"),
 }
-BUNDLED = ("mlp", "gpt")
+BUNDLED = ("mlp", "cnn", "gpt")
 
 
 def from_params(count: float) -> ModelSpec:
@@ -117,8 +117,9 @@ def from_bundled(name: str, width: int | None = None, depth: int | None = None) 
         arch = Transformer(layers=len(model.blocks), hidden=hidden, heads=model.blocks[0].heads,
                            vocab=model.tok.num_embeddings, seq_len=SEQ_LEN, ffn=4 * hidden)
         return _spec_of(model, f"gpt workload (width {hidden}, depth {arch.layers})", transformer=arch)
-    x = torch.zeros(1, model[0].in_features, device="meta")
-    return _spec_of(model, f"mlp workload (width {model[0].out_features})", example=(x,))
+    x = torch.zeros(1, 64, device="meta")  # mlp and cnn both read the flattened 8×8 digits
+    size = model[0].out_features if name == "mlp" else model[1].out_channels
+    return _spec_of(model, f"{name} workload (width {size})", example=(x,))
 
 
 def from_factory(target: str) -> ModelSpec:

@@ -36,7 +36,9 @@ def summarize(folder: Path, *, warmup: int, launch_time: float, tokens_per_sampl
     ranks = read_rank_files(folder)
     steps: dict[int, list[dict[str, Any]]] = {}
     peak, cuda_peak, state, threads, logged = [], [], [], [], {}
-    param_count = None
+    param_count = model = None
+    epochs: dict[str, dict[int, float]] = {"epoch_start": {}, "epoch_end": {}}
+    closed_at = None
     profiles: dict[int, dict[str, Any]] = {}
     for rank in sorted(ranks):
         rank_peak = rank_cuda = rank_state = None
@@ -48,9 +50,13 @@ def summarize(folder: Path, *, warmup: int, launch_time: float, tokens_per_sampl
                 if "threads" in rec:
                     threads.append(rec["threads"])
                 param_count = rec.get("param_count", param_count)
+                model = rec.get("model", model)
             elif rec.get("summary"):
                 rank_peak = rec.get("peak_rss_bytes")
                 rank_cuda = rec.get("cuda_max_allocated_bytes")
+                closed_at = rec.get("t") if rank == 0 else closed_at
+            elif rank == 0 and (event := next((k for k in epochs if k in rec), None)):
+                epochs[event][rec[event]] = rec["t"]
             elif "log" in rec and rank == 0:
                 logged.update(rec["log"])
             elif "profile" in rec:
@@ -70,7 +76,7 @@ def summarize(folder: Path, *, warmup: int, launch_time: float, tokens_per_sampl
         "steps_done": len(complete), "losses": losses, "step_times_s": timed,
         "state_bytes": state, "extra": {k: v for k, v in logged.items() if k != "final_loss"},
         "threads_per_process": max(threads) if threads else None,  # as the workers reported it
-        "param_count": param_count,
+        "param_count": param_count, "model": model, **_epoch_walls(epochs, closed_at),
     }
     use_cuda = any(v is not None for v in cuda_peak)
     out["peak_mem_bytes"] = cuda_peak if use_cuda else peak
@@ -92,6 +98,18 @@ def summarize(folder: Path, *, warmup: int, launch_time: float, tokens_per_sampl
     tail = losses[-max(1, min(SMOOTH_MAX, len(losses) // 10)):]
     out["final_loss"] = sum(tail) / len(tail) if tail else logged.get("final_loss")
     return out
+
+
+def _epoch_walls(epochs: dict[str, dict[int, float]], closed_at: float | None) -> dict[str, Any]:
+    """Wall time per complete epoch on the main rank: from its start to the next epoch's start (or the end of the
+    run), so the script's evaluation and checkpoints between epochs count — what an epoch really costs."""
+    starts, ends = epochs["epoch_start"], epochs["epoch_end"]
+    walls = []
+    for epoch in sorted(ends):
+        after = starts.get(epoch + 1, closed_at)
+        if epoch in starts and after is not None:
+            walls.append(after - starts[epoch])
+    return {"epoch_wall_s": statistics.median(walls) if walls else None, "epochs_done": len(walls)}
 
 
 def _rank_breakdown(steps: dict[int, list[dict[str, Any]]], measured: list[int], profiled: list[int], rank: int,

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from paratrain import __version__
+from paratrain.bench import equivalence
 from paratrain.bench.runner import CellSpec, run_cell
 from paratrain.errors import ConfigError
 from paratrain.launcher.config import DEFAULT_CONFIG
@@ -215,10 +216,30 @@ def run_compare(settings: CompareSettings, out_dir: Path, progress: Progress | N
             row = {"key": cell.key, "strategy": cell.strategy, "nproc": cell.nproc, **_median_run(runs)}
             results["cells"].append(row)
             say(cell.key, row["status"], row)
+        finalize(results)
+        _measure_floors(results, cells, settings, out_dir, say)
     except KeyboardInterrupt:
         results["interrupted"] = True
     finalize(results)
     return results
+
+
+def _measure_floors(results: dict[str, Any], cells: list[Cell], settings: CompareSettings, out_dir: Path,
+                    say: Progress) -> None:
+    """Run the noise floors the equivalence verdict needs (none when every cell matched exactly); see
+    :mod:`paratrain.bench.equivalence`."""
+    floors = equivalence.floors_needed(results)
+    ref_key = results.get("reference")
+    ref = next((c for c in cells if c.key == ref_key and c.spec is not None), None)
+    ref_row = next((c for c in results["cells"] if c["key"] == ref_key), None)
+    if not floors or ref is None or ref.spec is None or ref_row is None:
+        return
+    for floor in floors:
+        say(floor.key, "running", None)
+        run = run_cell(floor.spec(ref.spec), out_dir / "cells" / f"floor-{floor.name}", warmup=settings.warmup,
+                       timeout=settings.timeout)
+        results["floors"][floor.name] = equivalence.floor_entry(floor, run, ref_row["losses"])
+        say(floor.key, run["status"], run)
 
 
 def _profile_steps(settings: CompareSettings, total: int | None) -> int:
@@ -260,6 +281,8 @@ def finalize(results: dict[str, Any]) -> None:
             cell.setdefault(key, None)
         cell.setdefault("threads_per_process", None)
         cell.setdefault("param_count", None)
+        for key in ("model", "epoch_wall_s", "epochs_done"):
+            cell.setdefault(key, None)
         for key in ("breakdown", "breakdown_slowest", "comm_bytes_per_step", "bus_gbps", "collectives_per_step"):
             cell.setdefault(key, None)
         cell.setdefault("oversubscribed", False)
@@ -276,6 +299,7 @@ def finalize(results: dict[str, Any]) -> None:
     for cell in cells:
         cell["tolerance"] = results["tolerance"]
     results["reference"] = ref["key"] if ref and not weak else None
+    results.setdefault("floors", {})
     for cell in ok:
         if ref is not None and not weak:
             n = min(len(cell["losses"]), len(ref["losses"]))
@@ -285,6 +309,7 @@ def finalize(results: dict[str, Any]) -> None:
         base = next((c for c in ok if c["strategy"] == cell["strategy"] and c["nproc"] == 1), ref)
         if base is not None and base.get("samples_per_s") and cell.get("samples_per_s"):
             cell["scaling_efficiency"] = cell["samples_per_s"] / (cell["nproc"] * base["samples_per_s"])
+    equivalence.judge(results, ref if results["reference"] else None)
     results.setdefault("recommendation", None)
 
 

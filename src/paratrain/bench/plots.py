@@ -125,7 +125,10 @@ def _label(cell: dict[str, Any], ref: str | None) -> str:
     diff = cell.get("loss_max_abs_diff")
     if cell["key"] == ref:
         return f"{cell['key']} (ref)"
-    flagged = diff is not None and diff > tolerance(cell)
+    verdict = cell.get("equivalence")
+    if verdict == "within_noise":
+        return f"{cell['key']} (within noise, mean |Δ| {cell['loss_mean_abs_diff']:.1e})"
+    flagged = verdict == "not_equivalent" if verdict else diff is not None and diff > tolerance(cell)
     return cell["key"] + (f" (NOT EQUIVALENT, max |Δ| {diff:.1e})" if flagged else "")
 
 
@@ -147,7 +150,7 @@ def plot_loss_curves(results: dict[str, Any], out_dir: Path) -> Path:
         ax.legend(fontsize=8)
     else:
         _empty(ax, "no loss curves recorded")
-    ax.set_title("Loss per step (equivalent methods coincide)")
+    ax.set_title("Loss per step (exactly equivalent methods coincide)")
     return _save(fig, plt, Path(out_dir) / "loss_curves.png")
 
 

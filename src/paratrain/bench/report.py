@@ -19,17 +19,19 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
+from paratrain.bench.equivalence_report import equivalence_markdown
 from paratrain.bench.explain import bound_lines, breakdown_markdown
 
 TOLERANCE = 1e-5  # max |Δloss| above this: the cell is not training the same model
 MIB = 1 << 20
 WINNER_MARK = "★"
 DASH = "—"
-COLUMNS = ("method", "procs × threads", "samples/s", "step ms median/p90", "start-up s", "peak mem/rank MiB",
+COLUMNS = ("method", "procs × threads", "samples/s", "step ms median/p90", "epoch s", "start-up s", "peak mem/rank MiB",
            "state/rank MiB", "scaling eff", "final loss / quality", "max |Δloss|", "status")
 CSV_FIELDS = ("key", "strategy", "nproc", "status", "samples_per_s", "tokens_per_s", "step_time_median_s",
               "step_time_p90_s", "startup_s", "wall_s", "peak_mem_bytes_max", "peak_mem_kind", "state_bytes_max",
-              "comm_share", "scaling_efficiency", "final_loss", "loss_max_abs_diff", "equivalent", "winner",
+              "comm_share", "scaling_efficiency", "final_loss", "loss_max_abs_diff", "loss_mean_abs_diff",
+              "equivalent", "equivalence", "epoch_wall_s", "winner",
               "threads_per_process", "oversubscribed", "error", "log")
 
 
@@ -48,8 +50,16 @@ def tolerance(item: dict[str, Any]) -> float:
 
 
 def _flagged(cell: dict[str, Any]) -> bool:
+    """Not training the same model: judged ``not_equivalent`` (older results without a verdict: max |Δloss| above
+    the tolerance)."""
+    if "equivalence" in cell:
+        return cell["equivalence"] == "not_equivalent"
     diff = cell.get("loss_max_abs_diff")
     return diff is not None and diff > tolerance(cell)
+
+
+def _noisy(cell: dict[str, Any]) -> bool:
+    return cell.get("equivalence") == "within_noise"
 
 
 def _max(values: list[int | None] | None) -> int | None:
@@ -86,7 +96,9 @@ def _winner_line(win: dict[str, Any], base: dict[str, Any] | None, others: int) 
         parts.append(f"{_pct(win['scaling_efficiency'])} scaling efficiency")
     if win.get("comm_share") is not None:
         parts.append(f"{_pct(win['comm_share'])} of step time in communication")
-    if base is not None and base is not win and win.get("loss_max_abs_diff") is not None:
+    if base is not None and base is not win and _noisy(win):
+        parts.append(f"losses within measured noise of {base['key']} ({win['equivalence_reason']})")
+    elif base is not None and base is not win and win.get("loss_max_abs_diff") is not None:
         parts.append(f"same losses as {base['key']} (max |Δloss| {win['loss_max_abs_diff']:.1e})")
     line = f"Use {win['key']}: " + ", ".join(parts) + "."
     if base is win and others:
@@ -99,14 +111,20 @@ def _other_line(cell: dict[str, Any], win: dict[str, Any] | None, ref_key: str |
     speed = (f"{_x(cell['samples_per_s'] / win['samples_per_s'])} {win['key']} speed"
              if win and cell.get("samples_per_s") is not None and win.get("samples_per_s") else "speed not measured")
     if _flagged(cell):
-        return (f"{key}: NOT EQUIVALENT — max |Δloss| {cell['loss_max_abs_diff']:.1e} vs {ref_key} is above the "
-                f"{tolerance(cell):.0e} tolerance, so its {speed} does not count; check its loss curve and log.")
+        why = cell.get("equivalence_reason") or (f"max |Δloss| {cell['loss_max_abs_diff']:.1e} is above the "
+                                                 f"{tolerance(cell):.0e} tolerance")
+        return (f"{key}: NOT EQUIVALENT to {ref_key} — {why} — so its {speed} does not count; check its loss curve "
+                "and log.")
     if key == ref_key:
         return f"{key} (the reference): {speed}."
     eff = cell.get("scaling_efficiency")
     tail = f", {_pct(eff)} scaling efficiency" if cell.get("nproc", 1) > 1 and eff is not None else ""
     if cell.get("loss_max_abs_diff") is None:
         return f"{key}: {speed}{tail} (losses not compared: no reference)."
+    if _noisy(cell):
+        why = "; ".join(cell.get("equivalence_causes") or [])
+        return (f"{key}: losses within noise ({cell['equivalence_reason']}{': ' + why if why else ''}) but {speed} "
+                f"at this size{tail}.")
     return f"{key}: equal loss but {speed} at this size{tail}."
 
 
@@ -175,8 +193,9 @@ def recommend(results: dict[str, Any]) -> dict[str, Any]:
                          f"noise (±{noise(candidates) * 100:.0f} %, {measured}): a tie, so the simpler "
                          f"{win['key']} is recommended.")
     elif ok:
-        lines.append(f"No recommendation: every method that finished has losses that differ from {ref_key} by "
-                     f"more than {tolerance(results):.0e}.")
+        beyond = ("beyond the noise floors measured in this run" if results.get("floors")
+                  else f"by more than {tolerance(results):.0e}")
+        lines.append(f"No recommendation: every method that finished has losses that differ from {ref_key} {beyond}.")
     else:
         lines.append("No recommendation: no method finished; the reasons are below.")
     if ok and base is None:
@@ -213,7 +232,8 @@ def _diff_text(cell: dict[str, Any], ref_key: str | None) -> str:
     if cell["key"] == ref_key:
         return "ref"
     diff = cell.get("loss_max_abs_diff")
-    return DASH if diff is None else ("0" if diff == 0 else f"{diff:.1e}")
+    text = DASH if diff is None else ("0" if diff == 0 else f"{diff:.1e}")
+    return text + " ≈ noise" if _noisy(cell) else text
 
 
 def _row(cell: dict[str, Any], winner: str | None, ref_key: str | None) -> list[str]:
@@ -225,6 +245,7 @@ def _row(cell: dict[str, Any], winner: str | None, ref_key: str | None) -> list[
         _procs(cell),
         _num(cell.get("samples_per_s"), ",.1f"),
         DASH if med is None else f"{_ms(med)}/{_ms(p90)}",
+        _num(cell.get("epoch_wall_s"), ".2f"),
         _num(cell.get("startup_s"), ".1f"),
         _mib(mem) + (" (cuda)" if mem is not None and cell.get("peak_mem_kind") == "cuda" else ""),
         _mib(state, ",.2f"),
@@ -259,7 +280,11 @@ def _status(cell: dict[str, Any]) -> tuple[str, str | None]:
 def _caption(results: dict[str, Any]) -> str:
     ref = results.get("reference")
     against = f"against {ref}" if ref else "not compared (no reference)"
-    return f"{WINNER_MARK} recommended · max |Δloss| {against}; above {tolerance(results):.0e} = NOT EQUIVALENT"
+    text = f"{WINNER_MARK} recommended · max |Δloss| {against}; above {tolerance(results):.0e} = NOT EQUIVALENT"
+    if results.get("floors"):
+        text += (f" unless the mean |Δloss| is within {results.get('noise_factor', 3):g}× the measured noise floor "
+                 "(≈ noise; see the report's Equivalence section)")
+    return text
 
 
 def results_table(results: dict[str, Any]) -> Table:
@@ -358,27 +383,6 @@ def _env_md(results: dict[str, Any]) -> list[str]:
             f"- Host: {env.get('hostname')}", f"- GPUs: {gpu_text}", f"- CPU: {cpu_text}"]
 
 
-def _equivalence_md(results: dict[str, Any]) -> list[str]:
-    ref = results.get("reference")
-    if not ref:
-        return ["No reference cell ran, so losses were not compared between methods."]
-    lines = [f"Each cell's per-step loss is compared with {ref}; above {tolerance(results):.0e} the cell is not "
-             "training the same model and its speed does not count.", ""]
-    for cell in results.get("cells") or []:
-        diff = cell.get("loss_max_abs_diff")
-        if cell["key"] == ref:
-            verdict = "reference"
-        elif not _ok(cell):
-            verdict = f"not compared ({cell.get('status')})"
-        elif diff is None:
-            verdict = "not compared"
-        else:
-            word = "**NOT EQUIVALENT**" if _flagged(cell) else "equivalent"
-            verdict = f"max |Δloss| {_diff_text(cell, ref)} — {word}"
-        lines.append(f"- {cell['key']}: {verdict}")
-    return lines
-
-
 def _report_md(results: dict[str, Any], plots: list[Path] | None) -> str:
     rec = results["recommendation"]
     parts = [f"# paratrain compare — {results.get('id')}", "",
@@ -392,7 +396,7 @@ def _report_md(results: dict[str, Any], plots: list[Path] | None) -> str:
                      f'"paratrain[plots]"` and run `paratrain report {results.get("id")}` to add them.')
     else:
         parts += [f"![{p.stem.replace('_', ' ')}]({p.name})" for p in plots]
-    parts += ["", "## Equivalence", "", *_equivalence_md(results), "", "## How to reproduce", "", "```",
+    parts += ["", "## Equivalence", "", *equivalence_markdown(results), "", "## How to reproduce", "", "```",
               reproduce_command(results), "```"]
     logs = [f"- {c['key']}: `{c['log']}`" for c in results.get("cells") or [] if c.get("log")]
     if logs:
@@ -404,6 +408,7 @@ def _csv_row(cell: dict[str, Any], winner: str | None) -> dict[str, Any]:
     row = {k: cell.get(k) for k in CSV_FIELDS}
     row.update(peak_mem_bytes_max=_max(cell.get("peak_mem_bytes")), state_bytes_max=_max(cell.get("state_bytes")),
                equivalent=None if cell.get("loss_max_abs_diff") is None else not _flagged(cell),
+               equivalence=cell.get("equivalence"),
                winner=cell["key"] == winner)
     row.update({f"extra_{k}": v for k, v in (cell.get("extra") or {}).items()})
     return row

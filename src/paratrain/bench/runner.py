@@ -30,7 +30,7 @@ class CellSpec:
     args: list[str] = field(default_factory=list)
     run_flags: list[str] = field(default_factory=list)  # training options for `paratrain run`, e.g. --precision
     max_steps: int | None = None  # compare --steps for a user's script: its Session stops there
-
+    env: dict[str, str] = field(default_factory=dict)  # extra worker environment (compare's seed floor)
 
 
 def _last_error(log: Path) -> str:
@@ -62,7 +62,7 @@ def run_cell(spec: CellSpec, folder: Path, *, warmup: int, timeout: float, token
     folder.mkdir(parents=True)
     metrics_dir = folder / "metrics"
     log = folder / "log.txt"
-    env = dict(os.environ, **{METRICS_VAR: str(metrics_dir)})
+    env = dict(os.environ, **spec.env, **{METRICS_VAR: str(metrics_dir)})
     if profile_steps:  # the steps right after warm-up run under the profiler, for the time breakdown
         env[PROFILE_VAR] = f"{max(warmup, 1)},{profile_steps}"
     if spec.max_steps:

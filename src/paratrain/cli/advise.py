@@ -20,7 +20,7 @@ fits, and a ranked recommendation with reasons. Measurements `paratrain compare`
 shown beside the estimates and outrank them.
 
 The model: --params N, or --model with a preset (gpt2, gpt2-medium, gpt2-xl, llama-7b, llama-13b, llama-70b),
-a bundled workload (mlp, gpt; sized with --width/--depth as in compare) or package.module:factory (built on the
+a bundled workload (mlp, cnn, gpt; sized with --width/--depth as in compare) or package.module:factory (built on the
 meta device, nothing allocated; return (module, example_inputs) to count activations too). The hardware:
 --gpus (per node), --gpu-mem (GiB), --nodes, --interconnect; on a GPU machine, what is not given comes from this
 machine (`paratrain gpus`). Memory is counted the ZeRO paper's way (mixed precision: 16-bit parameters and
@@ -98,7 +98,7 @@ def _render(result: dict) -> None:
 
 def advise(
     params: float = typer.Option(None, "--params", help="Number of parameters, e.g. 1.3e9."),
-    model: str = typer.Option(None, "--model", help="A preset, mlp/gpt (bundled), or package.module:factory."),
+    model: str = typer.Option(None, "--model", help="A preset, mlp/cnn/gpt (bundled), or package.module:factory."),
     width: int = typer.Option(None, "--width", help="Bundled workload size, as in `compare`."),
     depth: int = typer.Option(None, "--depth", help="Bundled gpt blocks, as in `compare`."),
     gpus: int = typer.Option(None, "--gpus", help="GPUs per node (default: this machine's)."),

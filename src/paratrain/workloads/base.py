@@ -13,11 +13,17 @@ from paratrain.errors import ConfigError, did_you_mean
 
 @dataclass(frozen=True)
 class Built:
+    """A workload's model and data. Evaluation is split in two so every rank can evaluate its exactly-once share of
+    ``test`` (``session.prepare_eval``): ``score(outputs, targets)`` gives sums over one batch (correct predictions,
+    summed negative log-likelihood, sample counts), summed over batches and ranks; ``finish(sums)`` turns the
+    totals into the reported metrics (accuracy, perplexity)."""
+
     model: torch.nn.Module
     train: torch.utils.data.Dataset
     test: torch.utils.data.Dataset
     loss_fn: Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-    evaluate: Callable[[torch.nn.Module, torch.utils.data.Dataset, torch.device], dict[str, float]]
+    score: Callable[[torch.Tensor, torch.Tensor], dict[str, float]]
+    finish: Callable[[dict[str, float]], dict[str, float]]
 
 
 @dataclass(frozen=True)
@@ -33,12 +39,12 @@ class Workload:
 
 
 def _registry() -> dict[str, Workload]:
-    from paratrain.workloads import gpt, mlp
+    from paratrain.workloads import cnn, gpt, mlp
 
-    return {w.name: w for w in (mlp.WORKLOAD, gpt.WORKLOAD)}
+    return {w.name: w for w in (mlp.WORKLOAD, cnn.WORKLOAD, gpt.WORKLOAD)}
 
 
-WORKLOADS = ("mlp", "gpt")
+WORKLOADS = ("mlp", "cnn", "gpt")
 
 
 def get(name: str) -> Workload:

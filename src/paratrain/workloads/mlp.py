@@ -24,11 +24,21 @@ def _digits() -> tuple[torch.Tensor, torch.Tensor]:
     return x, y
 
 
-@torch.no_grad()
-def _accuracy(model: nn.Module, data: TensorDataset, device: torch.device) -> dict[str, float]:
-    x, y = data.tensors
-    pred = model(x.to(device)).argmax(dim=1).cpu()
-    return {"accuracy": (pred == y).float().mean().item()}
+def digits_split() -> tuple[TensorDataset, TensorDataset]:
+    """(train, test): the same 1,500 / 297 split for every workload built on the digits."""
+    x, y = _digits()
+    gen = torch.Generator().manual_seed(1234)
+    order = torch.randperm(len(x), generator=gen)
+    test, train = order[:TEST_SAMPLES], order[TEST_SAMPLES:]
+    return TensorDataset(x[train], y[train]), TensorDataset(x[test], y[test])
+
+
+def correct(logits: torch.Tensor, target: torch.Tensor) -> dict[str, float]:
+    return {"correct": float((logits.argmax(dim=1) == target).sum()), "count": float(len(target))}
+
+
+def accuracy(sums: dict[str, float]) -> dict[str, float]:
+    return {"accuracy": sums["correct"] / sums["count"] if sums.get("count") else float("nan")}
 
 
 def build(width: int = 512, depth: int | None = None, seed: int = 0) -> Built:
@@ -36,14 +46,10 @@ def build(width: int = 512, depth: int | None = None, seed: int = 0) -> Built:
     if depth is not None:
         raise ConfigError("the mlp workload has a fixed depth", hint="use --workload gpt to vary --depth")
     hidden = width
-    x, y = _digits()
-    gen = torch.Generator().manual_seed(1234)
-    order = torch.randperm(len(x), generator=gen)
-    test, train = order[:TEST_SAMPLES], order[TEST_SAMPLES:]
+    train, test = digits_split()
     torch.manual_seed(seed)
     model = nn.Sequential(nn.Linear(64, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 10))
-    return Built(model, TensorDataset(x[train], y[train]), TensorDataset(x[test], y[test]),
-                 nn.CrossEntropyLoss(), _accuracy)
+    return Built(model, train, test, nn.CrossEntropyLoss(), correct, accuracy)
 
 
 WORKLOAD = Workload("mlp", "MLP classifier on the 8×8 digits set (1,797 images)", build,
