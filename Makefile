@@ -28,6 +28,9 @@ $(VENV)/.core: $(VENV)/.torch pyproject.toml
 
 $(VENV)/.all: $(VENV)/.core pyproject.toml
 	$(PIP) install -e ".[all,test]"
+	# DeepSpeed compiles its CPU communication op on first use (about a minute): pay it here, once, not in a test.
+	DS_ACCELERATOR=cpu $(PY) -c "from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder as B; B().load()" \
+		> /dev/null
 	touch $@
 
 install: $(VENV)/.core

@@ -1,6 +1,8 @@
-"""Hand-written DDP on a bundled workload's model and data: the baseline of benchmarks/overhead.py.
+"""Hand-written DDP (or DeepSpeed, with --zero N) on a bundled workload's model and data: the baselines of
+benchmarks/overhead.py.
 
     torchrun --standalone --nproc-per-node 2 benchmarks/handwritten_ddp.py --workload mlp --steps 200 --out t.json
+    DS_ACCELERATOR=cpu torchrun --standalone --nproc-per-node 2 benchmarks/handwritten_ddp.py --zero 2 --out t.json
 
 Only the model and data come from paratrain.workloads; the loop is the idiomatic one (DistributedSampler,
 per-rank batch = global batch / world size). Rank 0
@@ -26,6 +28,7 @@ def main() -> None:
     p.add_argument("--workload", default="mlp")
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--out", required=True)
+    p.add_argument("--zero", type=int, default=None, help="DeepSpeed ZeRO stage instead of DDP (the seed's snippet)")
     args = p.parse_args()
     use_cuda = torch.cuda.is_available()
     dist.init_process_group("nccl" if use_cuda else "gloo")
@@ -35,8 +38,18 @@ def main() -> None:
         torch.cuda.set_device(device)
     workload = get(args.workload)
     built = workload.build()
-    model = DDP(built.model.to(device), device_ids=[device.index] if use_cuda else None)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=workload.lr)
+    if args.zero is None:
+        model = DDP(built.model.to(device), device_ids=[device.index] if use_cuda else None)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=workload.lr)
+        backward, step_fn = (lambda loss: loss.backward()), (lambda: (optimizer.step(), optimizer.zero_grad()))
+    else:  # the seed's DeepSpeed snippet: engine.backward / engine.step
+        import deepspeed
+
+        optimizer = torch.optim.AdamW(built.model.parameters(), lr=workload.lr)
+        model, _, _, _ = deepspeed.initialize(model=built.model, optimizer=optimizer, config={
+            "train_micro_batch_size_per_gpu": workload.global_batch // world, "gradient_clipping": 0.0,
+            "zero_optimization": {"stage": args.zero}, "steps_per_print": 10**9})
+        backward, step_fn = model.backward, model.step
     sampler = DistributedSampler(built.train, num_replicas=world, rank=rank, shuffle=True, seed=0)
     loader = DataLoader(built.train, batch_size=workload.global_batch // world, sampler=sampler)
     times, first_end, step, epoch = [], None, 0, 0
@@ -49,9 +62,8 @@ def main() -> None:
             loss = built.loss_fn(model(x), y)
             if last is None:
                 last = time.perf_counter()
-            loss.backward()
-            optimizer.step()
-            optimizer.zero_grad()
+            backward(loss)
+            step_fn()
             now = time.perf_counter()
             times.append(now - last)
             last = now

@@ -1,6 +1,6 @@
-"""paratrain's overhead over hand-written DDP: step time and launch-to-first-step, as ratios.
+"""paratrain's overhead over hand-written DDP (or DeepSpeed): step time and launch-to-first-step, as ratios.
 
-    python benchmarks/overhead.py [--steps 200] [--repeats 5] [--workloads mlp,gpt]
+    python benchmarks/overhead.py [--steps 200] [--repeats 5] [--workloads mlp,gpt] [--method deepspeed]
 
 For each workload, runs hand-written DDP under torchrun (benchmarks/handwritten_ddp.py) and the same model, data
 and optimizer through `paratrain run --strategy ddp` (the bundled Session script), 2 processes on CPU/gloo,
@@ -24,20 +24,25 @@ ROOT = Path(__file__).resolve().parents[1]
 WARMUP = 10
 
 
-def run_handwritten(workload: str, steps: int, tmp: Path) -> tuple[float, float]:
+ZERO = "2"  # --method deepspeed: ZeRO-2 on both sides
+METHOD = {"ddp": ("ddp", []), "deepspeed": (f"deepspeed:zero_stage={ZERO}", ["--zero", ZERO])}
+
+
+def run_handwritten(workload: str, steps: int, tmp: Path, method: str = "ddp") -> tuple[float, float]:
     out = tmp / "hand.json"
     t0 = time.time()
     subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
                     str(ROOT / "benchmarks" / "handwritten_ddp.py"), "--workload", workload, "--steps", str(steps),
-                    "--out", str(out)], check=True, capture_output=True, env=_env())
+                    "--out", str(out), *METHOD[method][1]], check=True, capture_output=True,
+                   env=_env(DS_ACCELERATOR="cpu") if method == "deepspeed" else _env())
     data = json.loads(out.read_text())
     return statistics.median(data["step_times"][WARMUP:]), data["first_step_end"] - t0
 
 
-def run_paratrain(workload: str, steps: int, tmp: Path) -> tuple[float, float]:
+def run_paratrain(workload: str, steps: int, tmp: Path, method: str = "ddp") -> tuple[float, float]:
     metrics = tmp / "metrics"
     t0 = time.time()
-    subprocess.run([sys.executable, "-m", "paratrain.cli.main", "run", "--strategy", "ddp", "--nproc", "2",
+    subprocess.run([sys.executable, "-m", "paratrain.cli.main", "run", "--strategy", METHOD[method][0], "--nproc", "2",
                     str(ROOT / "src" / "paratrain" / "workloads" / "train.py"), "--workload", workload,
                     "--steps", str(steps)], check=True, capture_output=True,
                    env=_env(PARATRAIN_METRICS=str(metrics)))
@@ -57,6 +62,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--repeats", type=int, default=5)
     p.add_argument("--workloads", default="mlp,gpt")
+    p.add_argument("--method", choices=sorted(METHOD), default="ddp")
     args = p.parse_args()
     print(f"{'workload':8} {'hand step ms':>12} {'pt step ms':>10} {'ratio':>6}   {'hand start s':>12} "
           f"{'pt start s':>10} {'diff s':>7}")
@@ -69,7 +75,7 @@ def main() -> None:
                 for name, fn in order if i % 2 == 0 else reversed(order):
                     sub = Path(tmp) / name
                     sub.mkdir()
-                    measured[name] = fn(workload, args.steps, sub)
+                    measured[name] = fn(workload, args.steps, sub, args.method)
             hand_step.append(measured["hand"][0])
             pt_step.append(measured["pt"][0])
             hand_start.append(measured["hand"][1])

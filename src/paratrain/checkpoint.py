@@ -116,7 +116,7 @@ def save(path: str | os.PathLike, strategy: Strategy, model: torch.nn.Module,
         had_state = optimizer is not None and bool(optimizer.state)
         state = strategy.state_dict(model, optimizer)
         if optimizer is not None and not had_state:
-            optimizer.state.clear()
+            strategy.clear_optimizer_state(optimizer)
         with _single_process_quiet():
             dcp.save(state, checkpoint_id=str(tmp))
         (tmp / "rng").mkdir(exist_ok=True)
@@ -269,7 +269,7 @@ def load(path: str | os.PathLike, strategy: Strategy, model: torch.nn.Module,
         _read("its model/optimizer shards", folder, lambda: dcp.load(state, checkpoint_id=str(folder)))
     strategy.load_state_dict(model, optimizer, state)
     if optimizer is not None and meta.get("optimizer_state") is False:
-        optimizer.state.clear()  # saved before the first step: hyper-parameters restored, no step state
+        strategy.clear_optimizer_state(optimizer)  # saved before the first step: hyper-parameters only
     rng_file = folder / "rng" / f"rank{_rank()}.pt"
     if not rng_file.exists():
         rng_file = folder / "rng" / "rank0.pt"

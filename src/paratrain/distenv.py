@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 PREFIX = "PARATRAIN_"
 STRATEGY_VAR = "PARATRAIN_STRATEGY"
 TIMEOUT_VAR = "PARATRAIN_TIMEOUT"
+LOCAL_RANK_ARG_VAR = "PARATRAIN_LOCAL_RANK_ARG"  # "1": the worker appends --local_rank=N (the deepspeed launcher's way)
 NPROC_VAR = "PARATRAIN_NPROC"
 FAILURES_VAR = "PARATRAIN_FAILURES"  # folder of the workers' notes for the launcher (failures, progress, done)
 CHECKPOINT_DIR_VAR = "PARATRAIN_CHECKPOINT_DIR"

@@ -77,6 +77,21 @@ print(json.dumps({"controllers": [n for n, f in (("mpi", hvd.mpi_built), ("gloo"
                           if f()]}))
 """
 
+# DeepSpeed picks its accelerator at import (DS_ACCELERATOR, else what it detects); on CPU its communication op is
+# compiled on first use unless it was built at install (or `make install-all` warmed the cache).
+_DEEPSPEED_PROBE = """
+import json, os, torch
+os.environ.setdefault("DS_ACCELERATOR", "cuda" if torch.cuda.is_available() else "cpu")
+from deepspeed.accelerator import get_accelerator
+from deepspeed.git_version_info import installed_ops
+from torch.utils.cpp_extension import _get_build_directory
+acc = get_accelerator()
+shm = installed_ops.get("deepspeed_shm_comm") or os.path.exists(
+    os.path.join(_get_build_directory("deepspeed_shm_comm", verbose=False), "deepspeed_shm_comm.so"))
+print(json.dumps({"accelerator": acc.device_name(), "backend": acc.communication_backend_name(),
+                  "prebuilt": sorted(k for k, v in installed_ops.items() if v), "shm": bool(shm)}))
+"""
+
 
 def _install_fix(method: str, extra: str) -> str:
     """The extra that installs a backend — only once paratrain can use it; until then nothing to run."""
@@ -108,8 +123,16 @@ def torch_components() -> list[Component]:
 def backend_components(timeout: float = CHECK_TIMEOUT_S) -> list[Component]:
     out = []
     ds = _dist_version("deepspeed")
-    out.append(Component("DeepSpeed", ds, "" if ds else "not installed",
-                         "" if ds else _install_fix("deepspeed", "deepspeed")))
+    if ds:
+        info = _probe(_DEEPSPEED_PROBE, timeout)
+        detail = (f"error: {info['error']}" if "error" in info
+                  else f"accelerator: {info['accelerator']} ({info['backend']}); ops built: "
+                       f"{', '.join(info['prebuilt']) or 'none (compiled on first use)'}"
+                       + ("" if info["accelerator"] != "cpu" else
+                          f"; CPU comm op {'compiled' if info['shm'] else 'compiles on the first run (~1 min)'}"))
+        out.append(Component("DeepSpeed", ds, detail))
+    else:
+        out.append(Component("DeepSpeed", None, "not installed", _install_fix("deepspeed", "deepspeed")))
     hvd = _dist_version("horovod")
     if hvd:
         info = _probe(_HOROVOD_PROBE, timeout)

@@ -14,6 +14,7 @@ import os
 import resource
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO, Any
 
@@ -108,7 +109,9 @@ class StepRecorder:
         self._loss += float(loss.detach()) * weight
         self._samples += samples
 
-    def step_end(self, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> None:
+    def step_end(self, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None,
+                 held: Callable[[torch.nn.Module, Any], dict[str, int]] = state_bytes) -> None:
+        """``held`` counts the model state this rank holds (the strategy's own count: see Strategy.state_bytes)."""
         if self._file is None:
             return
         if self._last is None:
@@ -118,7 +121,7 @@ class StepRecorder:
             # param_count is the whole model's (a sharded DTensor's numel() is its global size): `advise` matches
             # measurements to the model it is asked about by it.
             # model facts (dropout, BatchNorm, convolutions) let compare say why losses may differ between methods.
-            self.write({"state_bytes": state_bytes(model, optimizer), "threads": torch.get_num_threads(),
+            self.write({"state_bytes": held(model, optimizer), "threads": torch.get_num_threads(),
                         "param_count": sum(p.numel() for p in model.parameters()), "model": model_facts(model)})
             self._state_written = True
         now = time.perf_counter()

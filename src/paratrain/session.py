@@ -153,6 +153,7 @@ class Session:
             model = model.to(torch.bfloat16)  # in place: the optimizer's parameters are the same objects
         with self._progress.phase("session.prepare"):
             self._strategy.precision = opts.precision
+            self._strategy.train = opts
             wrapped, optimizer = self._strategy.wrap(model, optimizer)
         if opts.precision not in self._strategy.native_precision:
             amp.apply(wrapped, opts.precision, self.device)
@@ -231,15 +232,18 @@ class Session:
             self._check_prepared_objects_used()
         started = time.perf_counter()
         with self._progress.phase("session.step"):
-            if self.options.grad_clip is not None:
+            if self.options.grad_clip is not None and not self._strategy.clips_gradients:
                 self._clip(self.options.grad_clip)
             if self._scaler is not None:
                 self._scaler.step(self._optimizer)
                 self._scaler.update()
             else:
                 self._strategy.step(self._optimizer)
+        if self.options.grad_clip is not None and self._strategy.clips_gradients:
+            self.grad_norm = self._strategy.grad_norm(self._model)
         self._metrics.add("optimizer", time.perf_counter() - started)
-        self._metrics.step_end(self.step_count + 1, self._model, self._optimizer)  # before grads are freed
+        self._metrics.step_end(self.step_count + 1, self._model, self._optimizer,  # before grads are freed
+                               self._strategy.state_bytes)
         self._optimizer.zero_grad(set_to_none=True)
         if self._scheduler is not None:
             self._step_scheduler()

@@ -42,8 +42,10 @@ def test_doctor_json_reports_every_method_and_backend():
     methods = {m["name"]: m for m in report["methods"]}
     assert list(methods) == ["single", "dp", "ddp", "fsdp", "deepspeed", "horovod", "mirrored", "multiworker"]
     assert methods["ddp"]["status"] == "available" and "gloo" in methods["ddp"]["reason"]
-    assert methods["deepspeed"]["status"] == "not implemented"
+    assert methods["deepspeed"]["status"] == "available"  # make test installs it
+    assert methods["horovod"]["status"] == "not implemented"
     components = {c["name"]: c for c in report["components"]}
+    assert "accelerator: cpu (gloo)" in components["DeepSpeed"]["detail"], components["DeepSpeed"]
     assert components["torch"]["version"].startswith("2.")
     assert components["gloo"]["version"] == "built in"
     assert {"CUDA", "NCCL", "DeepSpeed", "Horovod", "TensorFlow"} <= set(components)
@@ -54,7 +56,7 @@ def test_doctor_table_has_fix_commands():
     assert proc.returncode == 0
     assert "Methods" in proc.stdout and "Backends" in proc.stdout
     # No fix is offered for a backend paratrain cannot use yet (its extra would install nothing).
-    assert "DeepSpeed" in proc.stdout and "paratrain[deepspeed]" not in proc.stdout
+    assert "Horovod" in proc.stdout and "paratrain[horovod]" not in proc.stdout
 
 
 def test_strategies_lists_names_launchers_and_options():

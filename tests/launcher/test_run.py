@@ -96,7 +96,7 @@ def test_config_file_is_read_and_flags_win(tmp_path):
         (["-s", "ddp", "--nnodes", "2", str(SESSION_TRAIN)], "needs --master HOST:PORT"),
         (["-s", "ddp", "--master", "nohost", str(SESSION_TRAIN)], "is not HOST:PORT"),
         (["-s", "ddp", "-n", "0", str(SESSION_TRAIN)], "must be 1 or more"),
-        (["-s", "deepspeed", str(SESSION_TRAIN)], "not implemented"),
+        (["-s", "horovod", str(SESSION_TRAIN)], "not implemented"),
         (["-s", "ddp", "missing.py"], "does not exist"),
         (["-s", "ddp", "--bogus", str(SESSION_TRAIN)], "no such option: --bogus"),
         (["--config", "nope.toml", str(SESSION_TRAIN)], "does not exist"),

@@ -33,8 +33,22 @@ def measurements(params: int, world: int, db: str | Path | None = None) -> dict[
             continue
         for cell in cells:
             if cell["nproc"] == world or cell is ref:
-                found[cell["strategy"]] = {"key": cell["key"], "nproc": cell["nproc"], "run": results["id"],
-                                           "speedup": cell["samples_per_s"] / ref["samples_per_s"]}
+                found[advise_spec(cell["strategy"])] = {
+                    "key": cell["key"], "nproc": cell["nproc"], "run": results["id"],
+                    "speedup": cell["samples_per_s"] / ref["samples_per_s"]}
         if found:
             break  # the newest run that measured this model speaks for it
     return found
+
+
+def advise_spec(strategy: str) -> str:
+    """A compare cell's method in advise's spelling: compare writes the normalised spec (``deepspeed`` for ZeRO-2,
+    ``deepspeed:zero_stage=3,offload=all``); advise names its rows ``deepspeed:zero2``,
+    ``deepspeed:zero3,offload=all``."""
+    name, _, rest = strategy.partition(":")
+    if name != "deepspeed":
+        return strategy
+    opts = dict(part.split("=", 1) for part in rest.split(",") if "=" in part)
+    stage = opts.pop("zero_stage", "2")
+    extra = "".join(f",{k}={v}" for k, v in opts.items() if k == "offload")
+    return f"deepspeed:zero{stage}{extra}"

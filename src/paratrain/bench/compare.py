@@ -123,7 +123,8 @@ def _max_steps(settings: CompareSettings) -> int | None:
 
 def default_strategies() -> list[str]:
     """Every torch method in the registry; those that cannot run here become 'unavailable' rows."""
-    return [str(m) for m, e in registry.REGISTRY.items() if e.framework == "torch"]
+    return [spec for m, e in registry.REGISTRY.items() if e.framework == "torch"
+            for spec in (e.compare_specs or (str(m),))]
 
 
 def plan_cells(settings: CompareSettings) -> list[Cell]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Callable
 
@@ -107,7 +108,7 @@ def run(
                 "nproc_per_node": plan.nproc, "world_size": plan.world_size, "env": plan.env,
                 "threads_per_process": plan.threads.threads if plan.threads else None,
                 "threads_reason": plan.threads.reason if plan.threads else None,
-                "command": plan.command_line()}
+                "command": plan.command_line(), **(plan.details or {})}
         if json_out:
             print_json(info)
         else:
@@ -116,6 +117,7 @@ def run(
                 lines.append(f"{'threads':15} {plan.threads.threads} per process ({plan.threads.reason})")
             lines += [f"{key:15} {value}" for key, value in plan.config.as_dict().items()]
             lines.append(f"command        {info['command']}")
+            lines += [f"{key:15} {json.dumps(value, indent=2)}" for key, value in (plan.details or {}).items()]
             for line in lines:
                 console.out.print(line, markup=False)
         return

@@ -18,6 +18,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from paratrain import options as train_options
 from paratrain.console import notice
@@ -61,6 +62,7 @@ class LaunchPlan:
     env: dict[str, str] = field(default_factory=dict)  # added to the workers' environment
     argv: list[str] = field(default_factory=list)  # torchrun arguments, or the local command
     threads: ThreadChoice | None = None  # CPU threads per process, and why
+    details: dict[str, Any] | None = None  # what the method derived from the options (DeepSpeed: its config)
 
     @property
     def world_size(self) -> int:
@@ -140,6 +142,9 @@ def build_plan(config: RunConfig) -> LaunchPlan:
     info = registry.info(cls.method)
     spec = format_spec(cls.method, options)
     env = method_env(cls, options, config.train_options(), config.timeout)
+    env.update(cls.script_env(options, script))
+    # Checked here, before any process starts (a bad DeepSpeed config is one line now, not N tracebacks later).
+    details = cls.check_launch(options, train_options.TrainOptions(**train_options.given(config.train_options())))
     if config.checkpoint_dir:
         env[CHECKPOINT_DIR_VAR] = str(Path(config.checkpoint_dir).resolve())
         env[CHECKPOINT_EVERY_VAR] = str(config.checkpoint_every)
@@ -159,7 +164,7 @@ def build_plan(config: RunConfig) -> LaunchPlan:
         # The same worker code as torchrun's processes (one-line errors, same exit codes), in a fork of this
         # process (launch/local.py); this command is what it amounts to.
         argv = [sys.executable, "-m", "paratrain.launcher.worker", str(script), *config.args]
-        return LaunchPlan(config, spec, info.launcher, 1, env, argv, threads)
+        return LaunchPlan(config, spec, info.launcher, 1, env, argv, threads, details)
     if info.launcher is not Launcher.TORCHRUN:
         raise ConfigError(f"{cls.method} is launched by {info.launcher}, which this version cannot start yet")
 
@@ -192,7 +197,7 @@ def build_plan(config: RunConfig) -> LaunchPlan:
     else:
         argv += ["--standalone"]
     argv += ["--module", "paratrain.launcher.worker", str(script), *config.args]
-    return LaunchPlan(config, spec, info.launcher, nproc, env, argv, threads)
+    return LaunchPlan(config, spec, info.launcher, nproc, env, argv, threads, details)
 
 
 def _quiet_torchrun(verbose: bool) -> None:

@@ -32,12 +32,14 @@ import time
 import traceback
 from typing import NoReturn
 
-from paratrain.distenv import FAILURES_VAR, TIMEOUT_VAR
+from paratrain.distenv import FAILURES_VAR, LOCAL_RANK_ARG_VAR, TIMEOUT_VAR
 from paratrain.launcher import torch_import
 
 
 def _run_script(script: str, args: list[str]) -> None:
     faulthandler.enable(all_threads=True)  # as torchelastic's @record: a crash in native code shows the Python stack
+    if os.environ.get(LOCAL_RANK_ARG_VAR) == "1":
+        args = [*args, f"--local_rank={os.environ.get('LOCAL_RANK', '0')}"]
     sys.argv = [script, *args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     torch_import.install()  # the script's own `import torch`, when it comes, without the collector's rescans

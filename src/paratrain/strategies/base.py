@@ -166,17 +166,33 @@ class Strategy(ABC):
     supported_precision: ClassVar[frozenset[str]] = frozenset({"fp32", "bf16-mixed", "fp16-mixed", "bf16-true"})
     native_precision: ClassVar[frozenset[str]] = frozenset({"fp32"})
     compilable: ClassVar[bool] = True
+    # A method whose engine owns the gradients (DeepSpeed ZeRO keeps them in its own flat buffers) clips them itself,
+    # from the grad_clip training option; the Session's clip_grad_norm_ would see no gradients there.
+    clips_gradients: ClassVar[bool] = False
 
     def __init__(self, options: StrategyOptions, env: DistEnv) -> None:
         self.options = options
         self.env = env
         self.device: torch.device | None = None
         self.precision = "fp32"  # the Session's precision, set before wrap()
+        self.train: Any = None  # the Session's TrainOptions, set before wrap()
 
     @classmethod
     @abstractmethod
     def available(cls) -> Availability:
         """Cheap check: can this method run on this machine at all?"""
+
+    @classmethod
+    def check_launch(cls, options: StrategyOptions, train: Any) -> dict[str, Any] | None:
+        """Checks the launcher runs before any process starts; returns what the method derived from its options
+        (shown by ``paratrain run --dry-run``), or None."""
+        return None
+
+    @classmethod
+    def script_env(cls, options: StrategyOptions, script: Any) -> dict[str, str]:
+        """What this method's workers need in their environment to run ``script`` (a Path), beyond the Session's
+        variables — e.g. how a script written for the method's own launcher expects to be started."""
+        return {}
 
     @property
     def spec(self) -> str:
@@ -206,6 +222,17 @@ class Strategy(ABC):
     def step(self, optimizer: torch.optim.Optimizer) -> None:
         optimizer.step()
 
+    def grad_norm(self, model: torch.nn.Module) -> float | None:
+        """The global gradient norm the method computed while clipping (``clips_gradients`` methods only)."""
+        return None
+
+    def state_bytes(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> dict[str, int]:
+        """Bytes of model state this rank holds: parameters, gradients, optimizer state (compare's memory column).
+        A method that keeps state outside ``model.parameters()`` (fp32 master copies, flat buffers) counts it."""
+        from paratrain.metrics import state_bytes
+
+        return state_bytes(model, optimizer)
+
     def unwrap(self, model: torch.nn.Module) -> torch.nn.Module:
         """The user's module inside any wrapper (``.module`` for DataParallel / DDP)."""
         return model
@@ -227,6 +254,10 @@ class Strategy(ABC):
         set_state_dict(
             self.unwrap(model), optims, model_state_dict=state["model"], optim_state_dict=state.get("optim", {})
         )
+
+    def clear_optimizer_state(self, optimizer: torch.optim.Optimizer) -> None:
+        """Forget the optimizer's step state (a checkpoint taken before the first step has none to keep)."""
+        optimizer.state.clear()
 
     def full_model_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
         """Every parameter and buffer, unsharded, on every rank (a collective under sharding methods)."""

@@ -30,6 +30,7 @@ class MethodInfo:
     summary: str  # one line: when to use it
     target: str | None  # "module:Class"; None while the method is not implemented yet
     multi_process: bool  # True when --nproc > 1 starts several processes
+    compare_specs: tuple[str, ...] = ()  # the cells `paratrain compare` runs by default (none: the bare method)
 
     @property
     def implemented(self) -> bool:
@@ -60,7 +61,8 @@ _ENTRIES = [
                "paratrain.strategies.fsdp:FSDPStrategy", True),
     MethodInfo(Method.DEEPSPEED, "torch", Launcher.TORCHRUN,
                "DeepSpeed ZeRO stages 0-3 with optional CPU offload, for very large models",
-               None, True),
+               "paratrain.strategies.deepspeed:DeepSpeedStrategy", True,
+               ("deepspeed:zero1", "deepspeed:zero2", "deepspeed:zero3")),
     MethodInfo(Method.HOROVOD, "torch", Launcher.HOROVODRUN,
                "Horovod ring all-reduce; for clusters already running horovodrun/MPI",
                None, True),

@@ -1,0 +1,215 @@
+"""DeepSpeed ZeRO (stages 0–3, optional CPU offload) behind the Session.
+
+``prepare`` hands the user's model and torch optimizer to ``deepspeed.initialize`` (the optimizer as DeepSpeed's
+"client optimizer", which ZeRO partitions); ``backward``/``step`` are the engine's. Launched through torchrun like
+ddp and fsdp: the process group is torch's (gloo on CPU through DeepSpeed's CPU accelerator, nccl on GPUs), which
+DeepSpeed adopts. Checkpoints are paratrain's, keyed by parameter name with full tensors gathered from the ZeRO
+partitions (DeepSpeed's ``safe_get_full_*`` API), so a ZeRO-3 run on 2 ranks resumes on 1 rank, under ddp or in one
+process — DeepSpeed's own checkpoints refuse another world size.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import logging
+import os
+import warnings
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+import torch
+
+from paratrain.console import notice
+from paratrain.errors import ConfigError
+from paratrain.strategies import _procgroup
+from paratrain.strategies import deepspeed_config as ds_config
+from paratrain.strategies.base import Availability, BackwardSyncControl, Method, Strategy, StrategyOptions
+
+
+@dataclass(frozen=True, kw_only=True)
+class DeepSpeedOptions(StrategyOptions):
+    zero_stage: int = 2
+    offload: Literal["none", "optimizer", "all"] = "none"
+    config: str | None = None  # the user's DeepSpeed JSON, merged in (see deepspeed_config)
+
+    shorthands: ClassVar[Mapping[str, Mapping[str, Any]]] = {
+        **{f"zero{i}": {"zero_stage": i} for i in range(4)}, "offload": {"offload": "optimizer"}}
+
+    def __post_init__(self) -> None:
+        if self.zero_stage not in (0, 1, 2, 3):
+            raise ConfigError(f"deepspeed zero_stage={self.zero_stage} must be 0, 1, 2 or 3",
+                              hint="e.g. --strategy deepspeed:zero2")
+        if self.offload == "all" and self.zero_stage != 3:
+            raise ConfigError("deepspeed offload=all (parameters too) needs ZeRO stage 3",
+                              hint="--strategy deepspeed:zero3,offload=all, or offload=optimizer")
+        if self.offload != "none" and self.zero_stage == 0:
+            raise ConfigError("deepspeed offload needs ZeRO stage 1 or more (stage 0 partitions nothing)",
+                              hint="--strategy deepspeed:zero2,offload=optimizer")
+        if self.config is not None:  # checked where the options are parsed: in the launcher, before any process
+            ds_config.read_user_config(self.config)
+
+
+class DeepSpeedStrategy(Strategy, BackwardSyncControl):
+    method = Method.DEEPSPEED
+    options_type = DeepSpeedOptions
+    options: DeepSpeedOptions
+    supported_precision = frozenset({"fp32", "bf16-mixed", "fp16-mixed"})
+    native_precision = frozenset({"fp32", "bf16-mixed", "fp16-mixed"})  # DeepSpeed's own bf16/fp16 modes
+    compilable = False
+    clips_gradients = True  # ZeRO owns the gradients: "gradient_clipping" from the grad_clip option
+
+    def __init__(self, options, env) -> None:
+        super().__init__(options, env)
+        self._engine: Any = None
+        self._names: list[list[str]] = []  # parameter names per optimizer group, for checkpoints
+        self._before_step: dict | None = None  # storages held just before the first optimizer step
+
+    @classmethod
+    def available(cls) -> Availability:
+        try:
+            found = importlib.util.find_spec("deepspeed") is not None
+        except (ImportError, ValueError):  # a broken or hidden installation is as good as none
+            found = False
+        if not found:
+            return Availability(False, "DeepSpeed is not installed", 'pip install "paratrain[deepspeed]"')
+        return Availability.yes("DeepSpeed on " + ("GPU (nccl)" if torch.cuda.is_available() else "CPU (gloo)"))
+
+    @classmethod
+    def script_env(cls, options, script) -> dict[str, str]:
+        """A script written for the ``deepspeed`` launcher (it calls ``deepspeed.initialize`` itself, with no
+        Session) is started as that launcher starts it: ``--local_rank=N`` appended to its arguments. Session
+        scripts get nothing appended (their argument parser need not know the flag)."""
+        from paratrain.distenv import LOCAL_RANK_ARG_VAR
+
+        env = {"DS_ACCELERATOR": "cuda" if torch.cuda.is_available() else "cpu"}
+        if _is_native(script):
+            env[LOCAL_RANK_ARG_VAR] = "1"
+        return env
+
+    @classmethod
+    def check_launch(cls, options, train) -> dict[str, Any]:
+        return {"deepspeed_config": cls.final_config(options, train)}
+
+    @classmethod
+    def final_config(cls, options: DeepSpeedOptions, train: Any) -> dict[str, Any]:
+        """The config ``deepspeed.initialize`` gets (``paratrain run --dry-run`` prints it), validated."""
+        user = ds_config.read_user_config(options.config) if options.config else {}
+        config = ds_config.build(options.zero_stage, options.offload, user, train)
+        ds_config.validate(config)
+        return config
+
+    def setup(self) -> None:
+        os.environ.setdefault("DS_ACCELERATOR", "cuda" if torch.cuda.is_available() else "cpu")
+        self.device = _procgroup.join(self.env, str(self.method))
+        _announce_compile(self.rank)
+        import deepspeed
+
+        quiet = os.environ.get("PARATRAIN_DEBUG") != "1"
+        if quiet:  # DeepSpeed's INFO lines, its "untested optimizer" caution (paratrain chose that on purpose)
+            logging.getLogger("DeepSpeed").setLevel(logging.ERROR)
+            # and torch's deprecation notes for the collectives DeepSpeed calls: not the user's to act on
+            warnings.filterwarnings("ignore", message=r".*torch\.distributed\.\w+`? is deprecated",
+                                    category=FutureWarning)
+        with contextlib.redirect_stdout(io.StringIO()) if quiet else contextlib.nullcontext():
+            deepspeed.init_distributed(dist_backend=torch.distributed.get_backend(), verbose=False)
+
+    def wrap(self, model, optimizer):
+        import deepspeed
+
+        names = {id(p): n for n, p in model.named_parameters()}
+        if optimizer is not None:
+            self._names = [[names[id(p)] for p in g["params"]] for g in optimizer.param_groups]
+        config = self.final_config(self.options, self.train)
+        engine, ds_optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config,
+                                                          dist_init_required=False)
+        self._engine = engine
+        return engine, ds_optimizer
+
+    def backward(self, loss: torch.Tensor) -> None:
+        # The Session already weights each micro-batch's loss (its share of the global batch, 1/K under
+        # accumulation): DeepSpeed must not divide by its accumulation steps again.
+        self._engine.backward(loss, scale_wrt_gas=False)
+
+    def step(self, optimizer) -> None:
+        if self._before_step is None:  # once: what the engine holds with the gradients still there
+            from paratrain.strategies.deepspeed_state import storages
+
+            self._before_step = storages(self.unwrap(self._engine), optimizer)
+        self._engine.step()
+
+    def set_grad_sync(self, model, enabled: bool) -> None:
+        # The Session calls step() once per global batch, after the K-th micro-batch: tell the engine which
+        # backward ends the accumulation window (reduction and optimizer step happen there).
+        model.set_gradient_accumulation_boundary(enabled)
+
+    def grad_norm(self, model) -> float | None:
+        norm = model.get_global_grad_norm()
+        return None if norm is None else float(norm)
+
+    def unwrap(self, model):
+        return getattr(model, "module", model)
+
+    def state_bytes(self, model, optimizer) -> dict[str, int]:
+        from paratrain.strategies.deepspeed_state import held_bytes
+
+        return held_bytes(self.unwrap(model), optimizer, self._before_step)
+
+    def state_dict(self, model, optimizer) -> dict[str, Any]:
+        from paratrain.strategies import deepspeed_state
+
+        if self.options.zero_stage == 0:
+            return super().state_dict(model, optimizer)
+        return deepspeed_state.full_state(self.unwrap(model), optimizer, self._names)
+
+    def load_state_dict(self, model, optimizer, state) -> None:
+        from paratrain.strategies import deepspeed_state
+
+        if self.options.zero_stage == 0:
+            super().load_state_dict(model, optimizer, state)
+            return
+        deepspeed_state.load_full_state(self.unwrap(model), optimizer, self._names, state)
+
+    def clear_optimizer_state(self, optimizer) -> None:
+        from paratrain.strategies import deepspeed_state
+
+        deepspeed_state.clear_state(optimizer)
+
+    def full_model_state_dict(self, model) -> dict[str, torch.Tensor]:
+        from paratrain.strategies import deepspeed_state
+
+        if self.options.zero_stage == 0:
+            return super().full_model_state_dict(model)
+        return deepspeed_state.full_model(self.unwrap(model))
+
+    def teardown(self) -> None:
+        self._engine = None
+        _procgroup.leave(self.env.timeout_s)
+
+
+def _is_native(script) -> bool:
+    """Written for the deepspeed launcher: it initialises DeepSpeed itself and never builds a paratrain Session."""
+    try:
+        text = script.read_text(errors="replace")
+    except OSError:
+        return False
+    return "deepspeed.initialize(" in text and "Session(" not in text
+
+
+def _announce_compile(rank: int) -> None:
+    """On CPU, DeepSpeed JIT-compiles its shared-memory communication op the first time (about a minute on two
+    cores) unless it was built at install time: say so rather than sit silent."""
+    if torch.cuda.is_available() or rank != 0:
+        return
+    try:
+        from deepspeed.git_version_info import installed_ops
+        from torch.utils.cpp_extension import _get_build_directory
+    except ImportError:
+        return
+    if installed_ops.get("deepspeed_shm_comm"):
+        return
+    built = os.path.join(_get_build_directory("deepspeed_shm_comm", verbose=False), "deepspeed_shm_comm.so")
+    if not os.path.exists(built):
+        notice("compiling DeepSpeed ops (first run only, about a minute)…")

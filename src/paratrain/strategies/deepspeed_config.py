@@ -1,0 +1,142 @@
+"""The DeepSpeed config paratrain gives ``deepspeed.initialize``: built from the method's options and the training
+options, with the user's own DeepSpeed JSON merged in and validated before any process starts.
+
+Why paratrain writes it: the same training must mean the same thing under every method. DeepSpeed's own defaults
+would change it silently — it clips gradients at norm 1.0 unless told otherwise — and its batch keys would disagree
+with the loader's (in paratrain the loader's batch size is the global batch). So paratrain owns the keys that say
+*what* is trained (batch, accumulation, clipping, precision, ZeRO stage, offload); the user's JSON may tune *how*
+(bucket sizes, overlap, communication dtype, …). A user key that disagrees with one paratrain owns is an error
+naming both, never a silent winner; an unknown key or a value DeepSpeed rejects is a one-line error naming the key.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from paratrain.errors import ConfigError, did_you_mean
+
+# key → the paratrain setting that owns it
+OWNED = {"train_batch_size": "the loader's batch_size (the global batch)",
+         "train_micro_batch_size_per_gpu": "the loader's batch_size (the global batch)",
+         "gradient_accumulation_steps": "--grad-accum", "gradient_clipping": "--grad-clip",
+         "bf16": "--precision", "fp16": "--precision"}
+OWNED_ZERO = {"stage": "deepspeed:zero_stage=N", "offload_optimizer": "deepspeed:offload=optimizer",
+              "offload_param": "deepspeed:offload=all"}
+NEVER_PRINT = 2**31 - 1  # steps_per_print: DeepSpeed's own per-step log lines stay out of the user's output
+
+
+def read_user_config(path: str) -> dict[str, Any]:
+    """The user's DeepSpeed JSON, checked for keys DeepSpeed does not know (and that paratrain owns)."""
+    file = Path(path)
+    if not file.is_file():
+        raise ConfigError(f"DeepSpeed config {path} does not exist", hint="give the path of a DeepSpeed JSON file")
+    try:
+        data = json.loads(file.read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"DeepSpeed config {path} is not valid JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"DeepSpeed config {path} must be a JSON object")
+    return data
+
+
+def build(zero_stage: int, offload: str, user: dict[str, Any], train: Any) -> dict[str, Any]:
+    """The final config: the user's keys, then paratrain's (which must agree with any the user also set)."""
+    zero: dict[str, Any] = {"stage": zero_stage}
+    if offload in ("optimizer", "all"):
+        zero["offload_optimizer"] = {"device": "cpu"}
+    if offload == "all":
+        zero["offload_param"] = {"device": "cpu"}
+    ours: dict[str, Any] = {
+        "train_micro_batch_size_per_gpu": 1,  # DeepSpeed's own loader is not used: the Session's loader batches
+        "gradient_accumulation_steps": train.grad_accum,
+        "gradient_clipping": float(train.grad_clip or 0.0),  # 0: never clip, as under every other method
+        "bf16": {"enabled": train.precision == "bf16-mixed"},
+        "fp16": {"enabled": train.precision == "fp16-mixed"},
+    }
+    _check_owned(user, ours, zero)
+    merged = {"steps_per_print": NEVER_PRINT, "wall_clock_breakdown": False,
+              # paratrain passes the user's torch optimizer; ZeRO wraps it (SGD and others included)
+              "zero_allow_untested_optimizer": True, "zero_force_ds_cpu_optimizer": False,
+              **{k: v for k, v in user.items() if k not in ours}, **ours}
+    merged["zero_optimization"] = {**(user.get("zero_optimization") or {}), **zero}
+    return merged
+
+
+def _check_owned(user: dict[str, Any], ours: dict[str, Any], zero: dict[str, Any]) -> None:
+    for key, owner in OWNED.items():
+        if key in user and user[key] != ours[key] and not (key in ("bf16", "fp16") and _same_enabled(user[key],
+                                                                                                   ours[key])):
+            raise ConfigError(f'the DeepSpeed config sets "{key}": {json.dumps(user[key])}, which paratrain sets '
+                              f"from {owner} ({json.dumps(ours[key])})",
+                              hint=f'remove "{key}" from the DeepSpeed JSON and use {owner}')
+    for key, owner in OWNED_ZERO.items():
+        given = (user.get("zero_optimization") or {}).get(key)
+        if given is not None and given != zero.get(key):
+            raise ConfigError(f'the DeepSpeed config sets "zero_optimization.{key}": {json.dumps(given)}, which '
+                              f"paratrain sets from the method spec ({owner})",
+                              hint=f'remove it from the JSON and write --strategy {owner}')
+
+
+def _same_enabled(theirs: Any, ours: dict[str, Any]) -> bool:
+    return isinstance(theirs, dict) and bool(theirs.get("enabled", False)) == ours["enabled"]
+
+
+class _Recording(dict):
+    """A dict that remembers which keys DeepSpeed looked up: a top-level key it never reads is one it does not
+    know (DeepSpeed itself ignores those silently, so a typo would change nothing and say nothing)."""
+
+    def __init__(self, data: dict[str, Any]) -> None:
+        super().__init__(data)
+        self.read: set[str] = set()
+
+    def get(self, key: Any, default: Any = None) -> Any:
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key: Any) -> Any:
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def __contains__(self, key: object) -> bool:
+        self.read.add(key)  # type: ignore[arg-type]
+        return super().__contains__(key)
+
+
+def validate(config: dict[str, Any]) -> None:
+    """Run DeepSpeed's own config parser over the final config, without starting anything: a value it rejects or a
+    key it does not know is one line naming the key."""
+    os.environ.setdefault("DS_ACCELERATOR", "cpu" if not _has_cuda() else "cuda")
+    from deepspeed.runtime.config import DeepSpeedConfig
+
+    recorded = _Recording(config)
+    try:
+        DeepSpeedConfig(recorded)
+    except Exception as exc:  # pydantic's ValidationError, DeepSpeed's AssertionError/ValueError
+        raise ConfigError(f"DeepSpeed rejects the config: {_first_error(exc)}",
+                          hint="fix that key in the DeepSpeed JSON (--strategy deepspeed:config=PATH)") from None
+    unknown = sorted(k for k in config if k not in recorded.read)
+    if unknown:
+        known = sorted(k for k in recorded.read if isinstance(k, str))
+        raise ConfigError(f'DeepSpeed does not know the config key "{unknown[0]}".{did_you_mean(unknown[0], known)}',
+                          hint="remove it or fix its name in the DeepSpeed JSON")
+
+
+def _first_error(exc: Exception) -> str:
+    errors = getattr(exc, "errors", None)
+    if callable(errors):
+        first = errors()[0]
+        where = ".".join(str(p) for p in first.get("loc", ()))
+        model = getattr(exc, "title", "")
+        section = {"DeepSpeedZeroConfig": "zero_optimization.", "DeepSpeedBF16Config": "bf16.",
+                   "DeepSpeedFP16Config": "fp16."}.get(model, "")
+        return f'"{section}{where}": {first.get("msg")} (got {json.dumps(first.get("input"), default=str)})'
+    return str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+
+
+def _has_cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
