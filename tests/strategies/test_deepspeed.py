@@ -3,12 +3,11 @@ its config checked before any process starts. Real DeepSpeed on CPU (gloo); `mak
 
 import json
 import os
-from pathlib import Path
 
 import pytest
 
 from tests.helpers.equivalence import assert_equivalent, train
-from tests.helpers.launch import SESSION_TRAIN, check, paratrain
+from tests.helpers.launch import SESSION_TRAIN, check, max_diffs, paratrain
 
 pytestmark = pytest.mark.multiprocess
 if os.environ.get("CI") != "true":  # in CI it must be there (make test installs it): a missing one fails
@@ -37,26 +36,13 @@ def test_a_zero3_checkpoint_resumes_in_one_process_and_under_ddp_and_back(tmp_pa
     train("deepspeed:zero3", 2, tmp_path / "first", "adamw", 100, "--save", str(ckpt))
     for method, nproc in (("single", 1), ("ddp", 2)):
         resumed = train(method, nproc, tmp_path / method, "adamw", 200, "--load", str(ckpt))
-        loss, weight = _tail_diffs(ref, resumed)
+        loss, weight = max_diffs(ref, resumed, offset=100)  # the resumed run's 100 steps vs the last 100
         assert loss <= 1e-5 and weight <= 1e-5, (method, loss, weight)
     # and a ddp checkpoint resumes under ZeRO-2
     train("ddp", 2, tmp_path / "ddp100", "adamw", 100, "--save", str(tmp_path / "ddp_ckpt"))
     resumed = train("deepspeed:zero2", 2, tmp_path / "z2", "adamw", 200, "--load", str(tmp_path / "ddp_ckpt"))
-    loss, weight = _tail_diffs(ref, resumed)
+    loss, weight = max_diffs(ref, resumed, offset=100)  # the resumed run's 100 steps vs the last 100
     assert loss <= 1e-5 and weight <= 1e-5, (loss, weight)
-
-
-def _tail_diffs(ref, resumed) -> tuple[float, float]:
-    """The resumed run's 100 losses against the reference's last 100, and the final weights."""
-    import torch
-
-    ref_losses = json.loads((Path(ref) / "losses.json").read_text())["losses"]
-    losses = json.loads((resumed / "losses.json").read_text())["losses"]
-    assert len(losses) == 100
-    a = torch.load(Path(ref) / "weights.pt", weights_only=True)
-    b = torch.load(resumed / "weights.pt", weights_only=True)
-    return (max(abs(x - y) for x, y in zip(losses, ref_losses[100:], strict=True)),
-            max((a[k] - b[k]).abs().max().item() for k in a))
 
 
 def test_a_bad_deepspeed_config_is_one_line_before_any_process(tmp_path):
