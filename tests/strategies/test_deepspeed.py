@@ -65,23 +65,39 @@ def test_dry_run_prints_the_final_config_without_deepspeeds_own_clipping(tmp_pat
     assert config["zero_optimization"]["stage"] == 3 and config["gradient_clipping"] == 0.0
 
 
+def _expected_state_bytes(stage: int, ranks: int) -> int:
+    """Rank 0's model state under DeepSpeed 0.19 for the bundled mlp, fp32 AdamW: 4 bytes for the parameter, 4 for
+    its gradient, 4 for the fp32 master copy (kept even in fp32) and 8 for AdamW's moments, each over what the rank
+    holds, plus two DeepSpeed layout rules (see the README's DeepSpeed section)."""
+    from paratrain.workloads import mlp
+
+    sizes = [p.numel() for p in mlp.build().model.parameters()]
+    psi = sum(sizes)
+    if stage == 3:
+        # each tensor is cut in N; tensors under stage3_param_persistence_threshold (1e5) are also kept whole
+        part = sum(-(-n // ranks) for n in sizes)
+        return (4 + 4 + 4 + 8) * part + 4 * sum(n for n in sizes if n < 100_000)
+    # ZeRO-1/2 cut one flat buffer (padded to 2N) at element granularity; the parameters stay whole on every rank,
+    # and the gradients are those of every tensor overlapping the rank's partition, whole, when the step begins
+    part = -(-psi // (2 * ranks)) * 2
+    starts = [sum(sizes[:i]) for i in range(len(sizes))]
+    overlapping = sum(n for n, start in zip(sizes, starts, strict=True) if start < part)
+    return 4 * ranks * part + (4 + 8) * part + 4 * overlapping
+
+
 def test_compare_cells_are_exact_and_count_the_engines_state(tmp_path):
     proc = check(paratrain("compare", "--strategies", "single,deepspeed:zero1,deepspeed:zero2,deepspeed:zero3",
                            "--nproc", "2", "--steps", "12", "--warmup", "2", "--out", str(tmp_path / "out"), "--json",
                            timeout=600))
     cells = {c["key"]: c for c in json.loads(proc.stdout)["cells"]}
     assert all(c["status"] == "ok" and c["equivalence"] == "exact" for c in cells.values()), cells
-    psi = cells["single×1"]["param_count"]
-    held = {stage: cells[f"deepspeed{'' if stage == 2 else f':zero_stage={stage}'}×2"]["state_bytes"][0] / psi
-            for stage in (1, 2, 3)}
-    # fp32 AdamW on 2 ranks, bytes per parameter (the ZeRO paper's accounting with 4-byte params and gradients and
-    # a 4-byte master copy): ZeRO-1 4+4+(4+8)/2 = 14, ZeRO-3 (4+4+4+8)/2 = 10, plus the engine's small buffers —
-    # counted from what the engine holds, not from model.parameters() alone. ZeRO-2 (paper: 12) measures as
-    # ZeRO-1 here — storage the size of the whole gradients is still held when its step begins — so only its
-    # place between the two is checked.
-    assert held[1] == pytest.approx(14, abs=0.6) and held[3] == pytest.approx(10, abs=1.5), held  # + ZeRO-3 buffers
-    assert held[3] < held[1] - 2, held
-    assert held[1] >= held[2] >= held[3], held
+    keys = {1: "deepspeed:zero_stage=1×2", 2: "deepspeed×2", 3: "deepspeed:zero_stage=3×2"}
+    assert {cells[k]["param_count"] for k in keys.values()} == {cells["single×1"]["param_count"]}  # ZeRO-3 too
+    for stage, key in keys.items():
+        # counted from what the engine holds (master copies, partitions, flat buffers), not model.parameters();
+        # the rest is a few scalars (step counters, the gradient norm, an overflow flag)
+        measured = cells[key]["state_bytes"][0]
+        assert 0 <= measured - _expected_state_bytes(stage, 2) <= 64, (stage, measured)
 
 
 def test_a_native_deepspeed_script_runs_unchanged_and_matches_one_process(tmp_path, reference):

@@ -58,11 +58,15 @@ def storages(module: torch.nn.Module, optimizer: Any) -> dict[tuple[int, int], s
 
 def held_bytes(module: torch.nn.Module, optimizer: Any,
                earlier: dict[tuple[int, int], str] | None = None) -> dict[str, int]:
-    """Bytes per kind over the storages held now and ``earlier`` (the same step before the optimizer ran, when
-    ZeRO-1/2 still hold their gradients): the model state a rank needs across a step, as the ZeRO paper counts it."""
-    seen = {**(earlier or {}), **storages(module, optimizer)}
+    """Bytes per kind over the storages held now and the gradients of ``earlier`` (the same step before the
+    optimizer ran, when ZeRO-1/2 still hold them): the model state a rank needs across a step, as the ZeRO paper
+    counts it. Only the gradients are taken from before: parameters and optimizer state are still held after the
+    step, though perhaps re-allocated (ZeRO-3 re-gathers its persistent parameters), which would count them twice;
+    and the kind is part of the key because a freed gradient buffer can hand its address to optimizer state."""
+    grads = {(*key, kind) for key, kind in (earlier or {}).items() if kind == "grads"}
+    seen = grads | {(*key, kind) for key, kind in storages(module, optimizer).items()}
     out = {"params": 0, "grads": 0, "optimizer": 0}
-    for (_, nbytes), kind in seen.items():
+    for _, nbytes, kind in seen:
         out[kind] += nbytes
     out["total"] = sum(out.values())
     return out
