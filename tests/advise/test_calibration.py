@@ -12,8 +12,8 @@ from paratrain.bench import store
 from paratrain.bench.compare import CompareSettings, default_strategies, run_compare
 
 WIDTH, DEPTH = 32, 1
-# The torch methods whose state the advise model reproduces byte for byte. DeepSpeed's engine holds more than the
-# model's ZeRO rows (fp32 master partitions, flat buffers): tests/strategies/test_deepspeed.py measures it per stage.
+# The torch methods whose state the advise model reproduces byte for byte. DeepSpeed's stages are calibrated the same
+# way in tests/strategies/test_deepspeed.py, on the compare cells that test already runs.
 METHODS = [*(s for s in default_strategies() if not s.startswith("deepspeed")), "fsdp:shard=grad_op",
            "fsdp:shard=none"]
 

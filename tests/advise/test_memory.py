@@ -25,7 +25,16 @@ def test_zero_paper_table():
     expected = {"ddp": 120, "deepspeed:zero1": 31.4, "deepspeed:zero2": 16.6, "deepspeed:zero3": 1.9}
     for spec, gb in expected.items():
         assert round(_state(spec, model, plan) / GB, 1) == gb, spec
-    assert _state("fsdp", model, plan) == _state("deepspeed:zero3", model, plan)
+    # the same layout at rest, but for the one 4-byte step counter of DeepSpeed's flat optimizer group
+    assert _state("deepspeed:zero3", model, plan) - _state("fsdp", model, plan) == memory.ADAM_STEP_BYTES
+
+
+def test_deepspeed_keeps_an_fp32_master_copy_even_in_fp32():
+    model = models.from_params(1e6)
+    plan = memory.Plan(ranks=2, optimizer="adamw")
+    zero2 = memory.rank_memory(model, get("deepspeed:zero2").sharding, plan)
+    fsdp = memory.rank_memory(model, get("fsdp:shard=grad_op").sharding, plan)
+    assert zero2.optimizer - fsdp.optimizer == 4 * 1e6 / 2 + memory.ADAM_STEP_BYTES
 
 
 @pytest.mark.parametrize(("name", "count"), [

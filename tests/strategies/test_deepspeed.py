@@ -6,6 +6,8 @@ import os
 
 import pytest
 
+from paratrain.advise import memory, models
+from paratrain.advise.methods import get
 from tests.helpers.equivalence import assert_equivalent, train
 from tests.helpers.launch import SESSION_TRAIN, check, max_diffs, paratrain
 
@@ -65,26 +67,6 @@ def test_dry_run_prints_the_final_config_without_deepspeeds_own_clipping(tmp_pat
     assert config["zero_optimization"]["stage"] == 3 and config["gradient_clipping"] == 0.0
 
 
-def _expected_state_bytes(stage: int, ranks: int) -> int:
-    """Rank 0's model state under DeepSpeed 0.19 for the bundled mlp, fp32 AdamW: 4 bytes for the parameter, 4 for
-    its gradient, 4 for the fp32 master copy (kept even in fp32) and 8 for AdamW's moments, each over what the rank
-    holds, plus two DeepSpeed layout rules (see the README's DeepSpeed section)."""
-    from paratrain.workloads import mlp
-
-    sizes = [p.numel() for p in mlp.build().model.parameters()]
-    psi = sum(sizes)
-    if stage == 3:
-        # each tensor is cut in N; tensors under stage3_param_persistence_threshold (1e5) are also kept whole
-        part = sum(-(-n // ranks) for n in sizes)
-        return (4 + 4 + 4 + 8) * part + 4 * sum(n for n in sizes if n < 100_000)
-    # ZeRO-1/2 cut one flat buffer (padded to 2N) at element granularity; the parameters stay whole on every rank,
-    # and the gradients are those of every tensor overlapping the rank's partition, whole, when the step begins
-    part = -(-psi // (2 * ranks)) * 2
-    starts = [sum(sizes[:i]) for i in range(len(sizes))]
-    overlapping = sum(n for n, start in zip(sizes, starts, strict=True) if start < part)
-    return 4 * ranks * part + (4 + 8) * part + 4 * overlapping
-
-
 def test_compare_cells_are_exact_and_count_the_engines_state(tmp_path):
     proc = check(paratrain("compare", "--strategies", "single,deepspeed:zero1,deepspeed:zero2,deepspeed:zero3",
                            "--nproc", "2", "--steps", "12", "--warmup", "2", "--out", str(tmp_path / "out"), "--json",
@@ -93,11 +75,16 @@ def test_compare_cells_are_exact_and_count_the_engines_state(tmp_path):
     assert all(c["status"] == "ok" and c["equivalence"] == "exact" for c in cells.values()), cells
     keys = {1: "deepspeed:zero_stage=1×2", 2: "deepspeed×2", 3: "deepspeed:zero_stage=3×2"}
     assert {cells[k]["param_count"] for k in keys.values()} == {cells["single×1"]["param_count"]}  # ZeRO-3 too
+    # what the engine holds (master copies, partitions, flat buffers — not model.parameters()) is what `advise`
+    # predicts from DeepSpeed's layouts, to a few scalars (step counter, gradient norm, overflow flag)
+    spec, plan = models.from_bundled("mlp"), memory.Plan(ranks=2, optimizer="adamw")
     for stage, key in keys.items():
-        # counted from what the engine holds (master copies, partitions, flat buffers), not model.parameters();
-        # the rest is a few scalars (step counters, the gradient norm, an overflow flag)
+        predicted = memory.rank_memory(spec, get(f"deepspeed:zero{stage}").sharding, plan, rank=0)
+        if stage == 1:  # advise counts ZeRO-1's whole gradients, held through backward; at the step only the
+            # tensors overlapping this rank's partition are left (ZeRO-2's figure)
+            predicted.grads = 4 * memory.flat_overlap(spec, 2, 0)
         measured = cells[key]["state_bytes"][0]
-        assert 0 <= measured - _expected_state_bytes(stage, 2) <= 64, (stage, measured)
+        assert 0 <= measured - predicted.state <= 64, (stage, measured, predicted)
 
 
 def test_a_native_deepspeed_script_runs_unchanged_and_matches_one_process(tmp_path, reference):

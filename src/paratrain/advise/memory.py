@@ -3,9 +3,15 @@
 The accounting is the ZeRO paper's (Rajbhandari et al. 2020): with Ψ parameters, mixed-precision Adam holds 2Ψ
 of 16-bit parameters, 2Ψ of 16-bit gradients and KΨ = 12Ψ of fp32 master weights, momentum and variance; ZeRO
 stage 1 divides K by N ranks, stage 2 the gradients too, stage 3 everything. FSDP's ``full``/``grad_op`` shard
-like stage 3 / stage 2 at rest. When the module's shapes are known the split is exact per rank — each parameter is
-cut along its first dimension into N pieces the way ``torch.chunk`` cuts it (FSDP2's layout), so the figures equal
-what `compare` measures on real runs byte for byte (``tests/advise/test_calibration.py``).
+like stage 3 / stage 2 at rest. When the module's shapes are known the split is exact per rank, in the layout each
+method really uses, so the figures equal what `compare` measures on real runs byte for byte
+(``tests/advise/test_calibration.py``, ``tests/strategies/test_deepspeed.py``):
+- ``chunk`` (FSDP2): each parameter cut along its first dimension the way ``torch.chunk`` cuts it;
+- ``flat`` (DeepSpeed ZeRO-1/2): all parameters in one flat buffer padded to a multiple of 2N and cut at element
+  granularity; a rank holds the gradients of every tensor that overlaps its partition whole until the step;
+- ``tensor`` (DeepSpeed ZeRO-3): each tensor flattened and cut in N, and tensors under DeepSpeed's persistence
+  threshold also kept whole on every rank.
+DeepSpeed also keeps an fp32 master copy of its partition when training in fp32 (``master``).
 """
 
 from __future__ import annotations
@@ -37,6 +43,8 @@ class Sharding:
     buckets: bool = False  # DDP's flat gradient buckets: a second copy of the gradients
     fusion_buffer: bool = False  # Horovod's tensor-fusion buffer
     gathers_outputs: bool = False  # DataParallel: every replica's output lands on GPU 0
+    layout: str = "chunk"  # how shards are cut: "chunk", "flat" or "tensor" (see the module's docstring)
+    master: bool = False  # an fp32 master copy of the partition even in fp32 training (DeepSpeed's ZeRO optimizers)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,17 +94,48 @@ def element_bytes(precision: str, optimizer: str) -> tuple[int, int, int]:
     return 2, 2, 4 + 4 * states
 
 
+ZERO3_PERSISTENCE = 100_000  # DeepSpeed's stage3_param_persistence_threshold default, in elements
+FLAT_ALIGN = 2  # DeepSpeed pads its flat buffer to a multiple of FLAT_ALIGN × N elements
+
+
 def _chunk_rows(rows: int, ranks: int, rank: int) -> int:
     size = math.ceil(rows / ranks)
     return max(0, min(size, rows - rank * size))
 
 
-def _elements(model: ModelSpec, ranks: int, rank: int, sharded: bool) -> tuple[float, int]:
-    """(elements this rank holds, tensors it holds a piece of)."""
+def _sizes(model: ModelSpec) -> list[int]:
+    return [math.prod(shape) for shape in model.shapes or ()]
+
+
+def flat_partition(params: int, ranks: int) -> int:
+    """Elements of one rank's partition of DeepSpeed's flat ZeRO-1/2 buffer."""
+    return math.ceil(params / (FLAT_ALIGN * ranks)) * FLAT_ALIGN
+
+
+def flat_overlap(model: ModelSpec, ranks: int, rank: int) -> int:
+    """Elements of the tensors overlapping ``rank``'s flat partition: the gradients ZeRO-1/2 hold whole."""
+    part = flat_partition(model.params, ranks)
+    low, high, start, total = rank * part, (rank + 1) * part, 0, 0
+    for size in _sizes(model):
+        if start < high and start + size > low:
+            total += size
+        start += size
+    return total
+
+
+def _elements(model: ModelSpec, ranks: int, rank: int, sharded: bool, layout: str = "chunk") -> tuple[float, int]:
+    """(elements this rank holds, tensors it holds a piece of — one flat tensor for DeepSpeed's optimizer)."""
+    flat = layout in ("flat", "tensor")
     if not sharded:
-        return float(model.params), len(model.shapes or ())
+        if layout == "flat" and model.shapes is not None:  # the flat buffer, padded
+            return float(flat_partition(model.params, ranks) * ranks), 1
+        return float(model.params), 1 if flat else len(model.shapes or ())
     if model.shapes is None:
-        return model.params / ranks, 0
+        return model.params / ranks, 1 if flat else 0
+    if layout == "flat":
+        return float(flat_partition(model.params, ranks)), 1
+    if layout == "tensor":
+        return float(sum(math.ceil(size / ranks) for size in _sizes(model))), 1
     total = tensors = 0
     for shape in model.shapes:
         rows = _chunk_rows(shape[0], ranks, rank) if shape else (1 if rank == 0 else 0)
@@ -133,11 +172,17 @@ def _activation_bytes(model: ModelSpec, plan: Plan, notes: list[str]) -> int | N
 def rank_memory(model: ModelSpec, sharding: Sharding, plan: Plan, rank: int = 0) -> RankMemory:
     """The bytes rank ``rank`` holds under one method. Rank 0 holds the largest piece of every shard."""
     p_b, g_b, o_b = element_bytes(plan.precision, plan.optimizer)
-    n = plan.ranks
+    if sharding.master and plan.precision == "fp32":
+        o_b += 4
+    n, layout = plan.ranks, sharding.layout
     out = RankMemory()
-    p_el, _ = _elements(model, n, rank, sharding.params)
-    g_el, _ = _elements(model, n, rank, sharding.grads)
-    o_el, o_tensors = _elements(model, n, rank, sharding.optimizer)
+    p_el, _ = _elements(model, n, rank, sharding.params, layout)
+    if layout == "tensor" and sharding.params:  # small tensors stay whole on every rank as well
+        p_el += sum(size for size in _sizes(model) if size < ZERO3_PERSISTENCE)
+    g_el, _ = _elements(model, n, rank, sharding.grads, layout if sharding.grads else "chunk")  # whole: per tensor
+    if layout == "flat" and sharding.grads and model.shapes is not None:
+        g_el = float(flat_overlap(model, n, rank))
+    o_el, o_tensors = _elements(model, n, rank, sharding.optimizer, layout)
     steps = ADAM_STEP_BYTES * o_tensors if plan.optimizer in ("adam", "adamw") else 0
     out.params, out.grads, out.optimizer = round(p_el * p_b), round(g_el * g_b), round(o_el * o_b) + steps
     for part in sharding.offload:

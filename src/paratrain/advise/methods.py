@@ -58,15 +58,18 @@ class MethodModel:
 
 
 ALL = Sharding(params=True, grads=True, optimizer=True)
+ZERO12 = {"layout": "flat", "master": True}  # DeepSpeed's layouts: see advise/memory.py
+ZERO3 = {"layout": "tensor", "master": True}
 METHODS: tuple[MethodModel, ...] = (
     MethodModel("ddp", "torch", "torchrun", Sharding(buckets=True), "allreduce",
                 what="a full replica per GPU, gradients all-reduced while backward runs"),
     MethodModel("fsdp:shard=grad_op", "torch", "torchrun", Sharding(params=True, grads=True, optimizer=True,
                                                                      gathered="all"), "shard_grads",
                 what="state sharded at rest, parameters gathered once per step (ZeRO-2-like)"),
-    MethodModel("deepspeed:zero1", "torch", "torchrun", Sharding(optimizer=True), "shard_grads",
+    MethodModel("deepspeed:zero1", "torch", "torchrun", Sharding(optimizer=True, **ZERO12), "shard_grads",
                 what="optimizer state sharded"),
-    MethodModel("deepspeed:zero2", "torch", "torchrun", Sharding(grads=True, optimizer=True), "shard_grads",
+    MethodModel("deepspeed:zero2", "torch", "torchrun", Sharding(grads=True, optimizer=True, **ZERO12),
+                "shard_grads",
                 what="gradients and optimizer state sharded"),
     MethodModel("horovod", "torch", "horovodrun", Sharding(fusion_buffer=True), "allreduce",
                 what="a full replica per GPU, Horovod's ring all-reduce"),
@@ -77,14 +80,14 @@ METHODS: tuple[MethodModel, ...] = (
     MethodModel("fsdp", "torch", "torchrun", Sharding(params=True, grads=True, optimizer=True, gathered="unit"),
                 "shard_all", what="everything sharded, one block gathered at a time (ZeRO-3-like)"),
     MethodModel("deepspeed:zero3", "torch", "torchrun", Sharding(params=True, grads=True, optimizer=True,
-                                                                  gathered="unit"), "shard_all",
+                                                                  gathered="unit", **ZERO3), "shard_all",
                 what="everything sharded (ZeRO-3)"),
     MethodModel("deepspeed:zero2,offload=optimizer", "torch", "torchrun",
-                Sharding(grads=True, optimizer=True, offload=("optimizer",)), "shard_grads",
+                Sharding(grads=True, optimizer=True, offload=("optimizer",), **ZERO12), "shard_grads",
                 what="ZeRO-2 with the optimizer state and its step in host memory"),
     MethodModel("deepspeed:zero3,offload=all", "torch", "torchrun",
                 Sharding(params=True, grads=True, optimizer=True, gathered="unit",
-                         offload=("params", "grads", "optimizer")), "shard_all",
+                         offload=("params", "grads", "optimizer"), **ZERO3), "shard_all",
                 what="ZeRO-3 with all state in host memory"),
     MethodModel("dp", "torch", "python", Sharding(gathers_outputs=True), "dp", one_process=True, multi_node=False,
                 what="one process copying the model to every GPU each step"),

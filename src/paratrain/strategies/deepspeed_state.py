@@ -33,6 +33,8 @@ def storages(module: torch.nn.Module, optimizer: Any) -> dict[tuple[int, int], s
 
     for p in module.parameters():
         add(getattr(p, "ds_tensor", None) if hasattr(p, "ds_id") else p, "params")
+        if getattr(p, "ds_persist", False):  # ZeRO-3 keeps small tensors whole on every rank too
+            add(p.data, "params")
         add(p.grad, "grads")
 
     def walk(value: Any, kind: str, depth: int) -> None:
