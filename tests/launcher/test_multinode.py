@@ -1,5 +1,6 @@
 """Multi-node for real on one machine: two launchers on two network "hosts" form one job (tests/helpers/netns.py)."""
 
+import os
 import socket
 import subprocess
 import sys
@@ -21,22 +22,25 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _node(prefix: list[str], rank: int, master: str, *args: str) -> subprocess.Popen:
-    return subprocess.Popen([*prefix, sys.executable, "-m", "paratrain.cli.main", "run", "-s", "ddp", "-n", "1",
+def _node(prefix: list[str], rank: int, master: str, *args: str, method: str = "ddp") -> subprocess.Popen:
+    return subprocess.Popen([*prefix, sys.executable, "-m", "paratrain.cli.main", "run", "-s", method, "-n", "1",
                              "--nnodes", "2", "--node-rank", str(rank), "--master", master, *args],
                             cwd=ROOT, env=worker_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def test_two_hosts_train_the_single_process_curve(tmp_path, reference):
+@pytest.mark.parametrize(("method", "shown"), [("ddp", "ddp"), ("deepspeed:zero3", "deepspeed:zero_stage=3")])
+def test_two_hosts_train_the_single_process_curve(tmp_path, reference, method, shown):
+    if method.startswith("deepspeed") and os.environ.get("CI") != "true":
+        pytest.importorskip("deepspeed")
     with two_hosts() as hosts:
         if not hosts.isolated:
             print("network namespaces not available here: both nodes run over 127.0.0.1")
         master = f"{hosts.addresses[0]}:{_free_port()}"
         args = [str(SESSION_TRAIN), "--steps", str(STEPS), "--out", str(tmp_path)]
-        nodes = [_node(hosts.prefixes[r], r, master, *args) for r in (0, 1)]
-        outputs = [n.communicate(timeout=180) for n in nodes]
+        nodes = [_node(hosts.prefixes[r], r, master, *args, method=method) for r in (0, 1)]
+        outputs = [n.communicate(timeout=240) for n in nodes]
     assert [n.returncode for n in nodes] == [0, 0], outputs
-    assert "ddp × 2 processes" in outputs[0][1]
+    assert f"{shown} × 2 processes" in outputs[0][1]
     assert_equivalent(reference("sgd", steps=STEPS), tmp_path)
 
 
