@@ -42,6 +42,25 @@ def test_grad_accum_steps_once_per_global_batch():
     session.close()
 
 
+def test_compares_float_order_floor_splits_a_scripts_own_accumulation_further(monkeypatch):
+    """The floor's split multiplies Session(grad_accum=K) instead of conflicting with it as a flag would."""
+    from paratrain.metrics import SPLIT_VAR
+
+    monkeypatch.setenv(SPLIT_VAR, "2")
+    session = pt.Session(grad_accum=2)
+    model = torch.nn.Linear(2, 1)
+    data = TensorDataset(torch.randn(8, 2), torch.randn(8, 1))
+    model, _, loader = session.prepare(model, torch.optim.SGD(model.parameters(), lr=0.1),
+                                       DataLoader(data, batch_size=8))
+    sizes = []
+    for x, y in loader:
+        sizes.append(len(x))
+        session.backward(torch.nn.functional.mse_loss(model(x), y))
+        session.step()
+    assert session.grad_accum == 4 and sizes == [2, 2, 2, 2] and session.step_count == 1
+    session.close()
+
+
 def test_all_reduce_and_print_in_one_process(capsys):
     session = pt.Session()
     assert session.all_reduce(3.0, op="mean") == 3.0

@@ -28,6 +28,9 @@ PROFILE_VAR = "PARATRAIN_PROFILE"  # "START,COUNT": profile the COUNT steps afte
 # compare's seed floor: reseed the RNGs after prepare() with this value — other dropout masks, the same initial
 # weights (built before prepare) and the same data order (the loader's shuffle has its own seed)
 RESEED_VAR = "PARATRAIN_RESEED"
+# compare's float-order floor: split every micro-batch into this many (the Session multiplies its grad_accum,
+# whether it came from a flag or from the script's own Session(grad_accum=K), so the two never conflict)
+SPLIT_VAR = "PARATRAIN_ACCUM_SPLIT"
 PHASES = ("data", "forward", "backward", "optimizer")
 
 

@@ -8,6 +8,7 @@ weighting for uneven chunks and gradient accumulation, the optimizer-step counte
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import os
 import sys
 import time
@@ -63,6 +64,8 @@ class Session:
         self.options = train_options.resolve(
             {"precision": precision, "grad_clip": grad_clip, "compile": compile, "seed": seed,
              "grad_accum": grad_accum, "per_rank_batch": per_rank_batch}, train_options.from_env())
+        if (split := os.environ.get(metrics.SPLIT_VAR, "")).isdigit() and int(split) > 1:  # compare's float floor
+            self.options = dataclasses.replace(self.options, grad_accum=self.options.grad_accum * int(split))
         self.env = DistEnv.from_environ()
         spec = _choose_spec(strategy, self.env)
         cls, options = registry.resolve(spec, self.env.options)

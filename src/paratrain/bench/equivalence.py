@@ -8,8 +8,9 @@ without SyncBatchNorm each rank normalises its own slice. So a cell that fails t
 noise floors *measured in the same comparison*:
 
 - ``float_order`` (per world size N): the reference method in one process with each global batch split into N
-  micro-batches (``--grad-accum N``) — the arithmetic of N ranks, in another summation order (and, with BatchNorm, the
-  same per-slice statistics as N ranks without SyncBatchNorm).
+  micro-batches (``PARATRAIN_ACCUM_SPLIT=N``, which multiplies a script's own ``grad_accum``) — the arithmetic of
+  N ranks, in another summation order (and, with BatchNorm, the same per-slice statistics as N ranks without
+  SyncBatchNorm).
 - ``seed``: the reference again with its RNGs reseeded after ``prepare()`` (``PARATRAIN_RESEED``) — other dropout
   masks, the same initial weights and data order. Zero for a model without randomness.
 
@@ -25,7 +26,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from paratrain.bench.runner import CellSpec
-from paratrain.metrics import RESEED_VAR
+from paratrain.metrics import RESEED_VAR, SPLIT_VAR
 
 NOISE_FACTOR = 3.0
 RESEED = 1  # the seed of the seed floor (the workloads seed their weights with 0 before the Session starts)
@@ -50,7 +51,7 @@ class Floor:
     def spec(self, reference: CellSpec) -> CellSpec:
         """The reference's run, changed only where the floor says."""
         if self.kind == "float_order":
-            return replace(reference, run_flags=[*reference.run_flags, "--grad-accum", str(self.split)])
+            return replace(reference, env={**reference.env, SPLIT_VAR: str(self.split)})
         return replace(reference, env={**reference.env, RESEED_VAR: str(RESEED)})
 
 
