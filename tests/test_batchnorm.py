@@ -28,16 +28,17 @@ def test_converted_on_gpus_for_multi_process_methods_keeping_the_optimizers_para
     assert capsys.readouterr().err == ""
 
 
-@pytest.mark.parametrize(("multi", "world", "device", "enabled", "notice"), [
-    (True, 2, "cpu", True, "SyncBatchNorm needs GPUs"),   # CPU: cannot sync, says so
-    (True, 2, "cuda", False, "--no-sync-batchnorm"),      # turned off: per-rank statistics, said once
-    (True, 1, "cuda", True, None),                        # one process: nothing to synchronise
-    (False, 2, "cuda", True, None),                       # dp: replicas inside one process
+@pytest.mark.parametrize(("multi", "world", "device", "enabled", "training", "notice"), [
+    (True, 2, "cpu", True, True, "SyncBatchNorm needs GPUs"),   # CPU: cannot sync, says so
+    (True, 2, "cuda", False, True, "--no-sync-batchnorm"),      # turned off: per-rank statistics, said once
+    (True, 1, "cuda", True, True, None),                        # one process: nothing to synchronise
+    (False, 2, "cuda", True, True, None),                       # dp: replicas inside one process
+    (True, 2, "cpu", True, False, None),                        # evaluation only: running statistics are read
 ])
-def test_left_alone_elsewhere(capsys, multi, world, device, enabled, notice):
+def test_left_alone_elsewhere(capsys, multi, world, device, enabled, training, notice):
     model = _bn_model()
     out = batchnorm.convert(model, multi_process=multi, world_size=world, device_type=device, enabled=enabled,
-                            is_main=True)
+                            is_main=True, training=training)
     assert out is model and not any(isinstance(m, nn.SyncBatchNorm) for m in out.modules())
     err = capsys.readouterr().err
     if notice is None:

@@ -15,14 +15,15 @@ from paratrain.model_facts import batchnorm_layers
 
 
 def convert(model: nn.Module, *, multi_process: bool, world_size: int, device_type: str, enabled: bool,
-            is_main: bool) -> nn.Module:
+            is_main: bool, training: bool = True) -> nn.Module:
     """The model to train: its BatchNorm layers converted to SyncBatchNorm when that is possible and wanted.
 
     The conversion keeps the same Parameter objects, so an optimizer built on the original model stays valid.
     Elsewhere (CPU, or turned off) the model is returned unchanged, with one notice on the main rank when its
-    statistics will come from each rank's slice of the batch."""
-    if world_size < 2 or not multi_process:  # dp replicates inside one process: SyncBatchNorm does not apply
-        return model
+    statistics will come from each rank's slice of the batch. ``training=False`` (prepare() without an optimizer:
+    evaluation only) leaves it alone and silent — eval-mode BatchNorm reads its running statistics, not the batch."""
+    if world_size < 2 or not multi_process or not training:  # dp replicates inside one process: SyncBatchNorm
+        return model  # does not apply
     layers = batchnorm_layers(model)
     if not layers:
         return model

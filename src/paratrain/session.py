@@ -151,7 +151,8 @@ class Session:
         opts = self.options
         multi = registry.info(self._strategy.method).launcher is Launcher.TORCHRUN  # one process per device
         model = batchnorm.convert(model, multi_process=multi, world_size=self.world_size,
-                                  device_type=self.device.type, enabled=opts.sync_batchnorm, is_main=self.is_main)
+                                  device_type=self.device.type, enabled=opts.sync_batchnorm, is_main=self.is_main,
+                                  training=optimizer is not None)
         if opts.precision == "bf16-true":
             model = model.to(torch.bfloat16)  # in place: the optimizer's parameters are the same objects
         with self._progress.phase("session.prepare"):
