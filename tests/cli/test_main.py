@@ -64,6 +64,7 @@ def test_strategies_lists_names_launchers_and_options():
     by_name = {r["name"]: r for r in rows}
     assert by_name["fsdp"]["launcher"] == "torchrun" and "shard=full|grad_op|none" in by_name["fsdp"]["options"]
     assert by_name["single"]["implemented"] is True and by_name["horovod"]["implemented"] is False
+    assert "zero3 = zero_stage=3" in by_name["deepspeed"]["options"]  # the shorthand users type is listed
 
 
 def test_help_prose_is_rewrapped_and_examples_keep_their_lines():

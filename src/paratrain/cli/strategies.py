@@ -22,6 +22,10 @@ def _options_text(entry) -> str:
         hint = typing.get_type_hints(opts)[f.name]
         choices = typing.get_args(hint) if typing.get_origin(hint) is typing.Literal else ()
         parts.append(f"{f.name}={'|'.join(map(str, choices)) or f.type} (default {f.default})")
+    short = getattr(opts, "shorthands", None) or {}
+    if short:  # `deepspeed:zero3` reads better than `deepspeed:zero_stage=3`: say that both work
+        parts.append("shorthands " + ", ".join(
+            f"{name} = {','.join(f'{k}={v}' for k, v in values.items())}" for name, values in short.items()))
     return "; ".join(parts)
 
 
