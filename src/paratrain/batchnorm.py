@@ -22,8 +22,9 @@ def convert(model: nn.Module, *, multi_process: bool, world_size: int, device_ty
     Elsewhere (CPU, or turned off) the model is returned unchanged, with one notice on the main rank when its
     statistics will come from each rank's slice of the batch. ``training=False`` (prepare() without an optimizer:
     evaluation only) leaves it alone and silent — eval-mode BatchNorm reads its running statistics, not the batch."""
-    if world_size < 2 or not multi_process or not training:  # dp replicates inside one process: SyncBatchNorm
-        return model  # does not apply
+    # one process, dp (replicas inside one process) or evaluation only: there are no per-rank statistics to sync
+    if world_size < 2 or not multi_process or not training:
+        return model
     layers = batchnorm_layers(model)
     if not layers:
         return model

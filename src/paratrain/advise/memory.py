@@ -179,9 +179,10 @@ def rank_memory(model: ModelSpec, sharding: Sharding, plan: Plan, rank: int = 0)
     p_el, _ = _elements(model, n, rank, sharding.params, layout)
     if layout == "tensor" and sharding.params:  # small tensors stay whole on every rank as well
         p_el += sum(size for size in _sizes(model) if size < ZERO3_PERSISTENCE)
-    g_el, _ = _elements(model, n, rank, sharding.grads, layout if sharding.grads else "chunk")  # whole: per tensor
-    if layout == "flat" and sharding.grads and model.shapes is not None:
+    if layout == "flat" and sharding.grads and model.shapes is not None:  # whole tensors overlapping the partition
         g_el = float(flat_overlap(model, n, rank))
+    else:  # unsharded gradients are per tensor (p.grad), not DeepSpeed's padded flat buffer
+        g_el, _ = _elements(model, n, rank, sharding.grads, layout if sharding.grads else "chunk")
     o_el, o_tensors = _elements(model, n, rank, sharding.optimizer, layout)
     steps = ADAM_STEP_BYTES * o_tensors if plan.optimizer in ("adam", "adamw") else 0
     out.params, out.grads, out.optimizer = round(p_el * p_b), round(g_el * g_b), round(o_el * o_b) + steps
