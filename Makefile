@@ -7,13 +7,14 @@ PIP    := $(PY) -m pip --disable-pip-version-check -q
 # Override where no local CPU wheel exists, e.g. TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu"
 TORCH  ?= torch==2.13.0
 
-.PHONY: help install install-all test lint demo clean
+.PHONY: help install install-all install-horovod test lint demo clean
 
 help:
 	@echo "make demo         create .venv, install paratrain, show this machine, run paratrain compare"
 	@echo "make test         create .venv, install all extras + test tools, run lint and the whole test suite"
 	@echo "make install      core package only (torch, typer, rich, nvidia-ml-py, psutil)"
 	@echo "make install-all  every extra: [all,test]"
+	@echo "make install-horovod  build (or reuse the cached) Horovod wheel: paratrain setup horovod"
 	@echo "make lint         ruff"
 
 $(VENV)/.torch:
@@ -37,10 +38,17 @@ install: $(VENV)/.core
 
 install-all: $(VENV)/.all
 
+# Horovod's last release needs a patched build for current torch and CMake (minutes, once; then a cached wheel).
+$(VENV)/.horovod: $(VENV)/.all
+	$(VENV)/bin/paratrain setup horovod
+	touch $@
+
+install-horovod: $(VENV)/.horovod
+
 lint: $(VENV)/.all
 	$(VENV)/bin/ruff check src tests examples benchmarks
 
-test: lint
+test: lint $(VENV)/.horovod
 	OMP_NUM_THREADS=1 $(PY) -m pytest
 
 demo: $(VENV)/.all

@@ -1,8 +1,9 @@
-"""Hand-written DDP (or DeepSpeed, with --zero N) on a bundled workload's model and data: the baselines of
-benchmarks/overhead.py.
+"""Hand-written DDP (or DeepSpeed, with --zero N; or Horovod, with --horovod) on a bundled workload's model and
+data: the baselines of benchmarks/overhead.py.
 
     torchrun --standalone --nproc-per-node 2 benchmarks/handwritten_ddp.py --workload mlp --steps 200 --out t.json
     DS_ACCELERATOR=cpu torchrun --standalone --nproc-per-node 2 benchmarks/handwritten_ddp.py --zero 2 --out t.json
+    horovodrun -np 2 -H localhost:2 --gloo python benchmarks/handwritten_ddp.py --horovod --out t.json
 
 Only the model and data come from paratrain.workloads; the loop is the idiomatic one (DistributedSampler,
 per-rank batch = global batch / world size). Rank 0
@@ -29,16 +30,29 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--out", required=True)
     p.add_argument("--zero", type=int, default=None, help="DeepSpeed ZeRO stage instead of DDP (the seed's snippet)")
+    p.add_argument("--horovod", action="store_true", help="Horovod instead of DDP (the seed's snippet)")
     args = p.parse_args()
     use_cuda = torch.cuda.is_available()
-    dist.init_process_group("nccl" if use_cuda else "gloo")
-    rank, world = dist.get_rank(), dist.get_world_size()
-    device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", 0))) if use_cuda else torch.device("cpu")
+    if args.horovod:
+        import horovod.torch as hvd
+
+        hvd.init()
+        rank, world, local = hvd.rank(), hvd.size(), hvd.local_rank()
+    else:
+        dist.init_process_group("nccl" if use_cuda else "gloo")
+        rank, world, local = dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", 0))
+    device = torch.device("cuda", local) if use_cuda else torch.device("cpu")
     if use_cuda:
         torch.cuda.set_device(device)
     workload = get(args.workload)
     built = workload.build()
-    if args.zero is None:
+    if args.horovod:  # the seed's Horovod snippet: DistributedOptimizer + broadcasts from rank 0
+        model = built.model.to(device)
+        optimizer = hvd.DistributedOptimizer(torch.optim.AdamW(model.parameters(), lr=workload.lr),
+                                             named_parameters=model.named_parameters())
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        backward, step_fn = (lambda loss: loss.backward()), (lambda: (optimizer.step(), optimizer.zero_grad()))
+    elif args.zero is None:
         model = DDP(built.model.to(device), device_ids=[device.index] if use_cuda else None)
         optimizer = torch.optim.AdamW(model.parameters(), lr=workload.lr)
         backward, step_fn = (lambda loss: loss.backward()), (lambda: (optimizer.step(), optimizer.zero_grad()))
@@ -75,6 +89,9 @@ def main() -> None:
     if rank == 0:
         with open(args.out, "w") as fh:
             json.dump({"first_step_end": first_end, "step_times": times, "pid": os.getpid()}, fh)
+    if args.horovod:
+        hvd.shutdown()
+        return
     # A monitored barrier before destroy: without it gloo can abort a finished rank at exit.
     dist.monitored_barrier(timeout=datetime.timedelta(seconds=60)) if dist.get_backend() == "gloo" else dist.barrier()
     dist.destroy_process_group()

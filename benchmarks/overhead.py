@@ -1,11 +1,11 @@
-"""paratrain's overhead over hand-written DDP (or DeepSpeed): step time and launch-to-first-step, as ratios.
+"""paratrain's overhead over hand-written DDP (or DeepSpeed, Horovod): step time and launch-to-first-step, as ratios.
 
-    python benchmarks/overhead.py [--steps 200] [--repeats 5] [--workloads mlp,gpt] [--method deepspeed]
+    python benchmarks/overhead.py [--steps 200] [--repeats 5] [--workloads mlp,gpt] [--method deepspeed|horovod]
 
 For each workload, runs hand-written DDP under torchrun (benchmarks/handwritten_ddp.py) and the same model, data
 and optimizer through `paratrain run --strategy ddp` (the bundled Session script), 2 processes on CPU/gloo,
-interleaving the two so that machine noise hits both alike. Prints medians and ratios; targets: step-time ratio
-≤ 1.01, start-up ≤ torchrun + 0.3 s.
+interleaving the two so that machine noise hits both alike (--method horovod: both under horovodrun). Prints
+medians and ratios; targets: step-time ratio ≤ 1.01, start-up ≤ torchrun + 0.3 s.
 """
 
 from __future__ import annotations
@@ -25,15 +25,18 @@ WARMUP = 10
 
 
 ZERO = "2"  # --method deepspeed: ZeRO-2 on both sides
-METHOD = {"ddp": ("ddp", []), "deepspeed": (f"deepspeed:zero_stage={ZERO}", ["--zero", ZERO])}
+METHOD = {"ddp": ("ddp", []), "deepspeed": (f"deepspeed:zero_stage={ZERO}", ["--zero", ZERO]),
+          "horovod": ("horovod", ["--horovod"])}
+LAUNCH = {"horovod": ["-m", "horovod.runner.launch", "-np", "2", "-H", "localhost:2", "--gloo", sys.executable]}
+TORCHRUN = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
 
 
 def run_handwritten(workload: str, steps: int, tmp: Path, method: str = "ddp") -> tuple[float, float]:
     out = tmp / "hand.json"
     t0 = time.time()
-    subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2",
-                    str(ROOT / "benchmarks" / "handwritten_ddp.py"), "--workload", workload, "--steps", str(steps),
-                    "--out", str(out), *METHOD[method][1]], check=True, capture_output=True,
+    subprocess.run([sys.executable, *LAUNCH.get(method, TORCHRUN), str(ROOT / "benchmarks" / "handwritten_ddp.py"),
+                    "--workload", workload, "--steps", str(steps), "--out", str(out), *METHOD[method][1]],
+                   check=True, capture_output=True,
                    env=_env(DS_ACCELERATOR="cpu") if method == "deepspeed" else _env())
     data = json.loads(out.read_text())
     return statistics.median(data["step_times"][WARMUP:]), data["first_step_end"] - t0

@@ -70,11 +70,14 @@ def _probe(code: str, timeout: float) -> dict:
         return {"error": "unreadable check output"}
 
 
+# What `horovodrun --check-build` lists (frameworks, controllers, tensor operations), plus the torch it was built for.
 _HOROVOD_PROBE = """
-import json, horovod.torch as hvd
-print(json.dumps({"controllers": [n for n, f in (("mpi", hvd.mpi_built), ("gloo", hvd.gloo_built)) if f()],
-                  "ops": [n for n, f in (("nccl", hvd.nccl_built), ("ddl", hvd.ddl_built), ("ccl", hvd.ccl_built))
-                          if f()]}))
+import json, importlib.resources as r, horovod.torch as hvd
+built = json.loads(r.files("horovod").joinpath("metadata.json").read_text()).get("pytorch")
+print(json.dumps({"controllers": [n for n, f in (("MPI", hvd.mpi_built), ("Gloo", hvd.gloo_built)) if f()],
+                  "ops": [n for n, f in (("NCCL", hvd.nccl_built), ("DDL", hvd.ddl_built), ("CCL", hvd.ccl_built),
+                                         ("MPI", hvd.mpi_built), ("Gloo", hvd.gloo_built)) if f()],
+                  "torch": built}))
 """
 
 # DeepSpeed picks its accelerator at import (DS_ACCELERATOR, else what it detects); on CPU its communication op is
@@ -136,12 +139,14 @@ def backend_components(timeout: float = CHECK_TIMEOUT_S) -> list[Component]:
     hvd = _dist_version("horovod")
     if hvd:
         info = _probe(_HOROVOD_PROBE, timeout)
-        detail = (f"error: {info['error']}" if "error" in info
-                  else f"controllers: {', '.join(info['controllers']) or 'none'}; "
-                       f"GPU ops: {', '.join(info['ops']) or 'none'}")
-        out.append(Component("Horovod", hvd, detail))
-    else:
-        out.append(Component("Horovod", None, "not installed", _install_fix("horovod", "horovod")))
+        if "error" in info:  # typically built for another torch: rebuilding for this one fixes it
+            out.append(Component("Horovod", hvd, f"error: {info['error']}", "paratrain setup horovod --force"))
+        else:
+            out.append(Component("Horovod", hvd, f"frameworks: PyTorch (built for torch {info['torch']}); "
+                                                 f"controllers: {', '.join(info['controllers']) or 'none'}; "
+                                                 f"tensor ops: {', '.join(info['ops']) or 'none'}"))
+    else:  # `pip install horovod` fails on current torch and CMake: paratrain builds a patched wheel
+        out.append(Component("Horovod", None, "not installed", "paratrain setup horovod"))
     tf = _dist_version("tensorflow", "tensorflow-cpu")
     out.append(Component("TensorFlow", tf, "" if tf else "not installed",
                          "" if tf else _install_fix("mirrored", "tf")))

@@ -56,3 +56,9 @@ def did_you_mean(word: str, choices: Iterable[str]) -> str:
     """Return ' Did you mean "x"?' for the closest choice, or '' when nothing is close."""
     close = difflib.get_close_matches(word, list(choices), n=1, cutoff=0.5)
     return f' Did you mean "{close[0]}"?' if close else ""
+
+
+class SetupError(ParatrainError):
+    """Installing or building an optional backend failed (the message names the step and the log)."""
+
+    exit_code = 1

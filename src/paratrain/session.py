@@ -16,7 +16,6 @@ from pathlib import Path
 from typing import Any, Literal
 
 import torch
-import torch.distributed as dist
 
 from paratrain import batchnorm, checkpoint, evaluation, metrics
 from paratrain import options as train_options
@@ -31,6 +30,7 @@ from paratrain.strategies import _procgroup, registry
 from paratrain.strategies.base import BackwardSyncControl, Launcher, Strategy
 
 ReduceOp = Literal["mean", "sum", "max", "min"]
+MULTI_PROCESS_LAUNCHERS = (Launcher.TORCHRUN, Launcher.HOROVODRUN)
 
 
 class Session:
@@ -70,7 +70,7 @@ class Session:
         spec = _choose_spec(strategy, self.env)
         cls, options = registry.resolve(spec, self.env.options)
         registry.require_available(cls)
-        if registry.info(cls.method).launcher is Launcher.TORCHRUN and not self.env.launched:
+        if registry.info(cls.method).launcher in MULTI_PROCESS_LAUNCHERS and not self.env.launched:
             script = sys.argv[0] if sys.argv and sys.argv[0] else "train.py"
             raise LaunchError(
                 f"strategy {cls.method} needs one process per rank, but this script was started directly",
@@ -149,7 +149,7 @@ class Session:
                 hint="leave it out of prepare() and call scheduler.step(metric) yourself after evaluating",
             )
         opts = self.options
-        multi = registry.info(self._strategy.method).launcher is Launcher.TORCHRUN  # one process per device
+        multi = registry.info(self._strategy.method).launcher in MULTI_PROCESS_LAUNCHERS  # one process per device
         model = batchnorm.convert(model, multi_process=multi, world_size=self.world_size,
                                   device_type=self.device.type, enabled=opts.sync_batchnorm, is_main=self.is_main,
                                   training=optimizer is not None)
@@ -237,6 +237,7 @@ class Session:
         started = time.perf_counter()
         with self._progress.phase("session.step"):
             if self.options.grad_clip is not None and not self._strategy.clips_gradients:
+                self._strategy.sync_gradients(self._optimizer)
                 self._clip(self.options.grad_clip)
             if self._scaler is not None:
                 self._scaler.step(self._optimizer)
@@ -297,17 +298,15 @@ class Session:
     # -- collectives and output -----------------------------------------------------------------------------
     def all_reduce(self, value: torch.Tensor | float, op: ReduceOp = "mean") -> torch.Tensor | float:
         """Reduce a tensor or number over ranks; returns the same kind it was given (detached)."""
-        ops = {"mean": dist.ReduceOp.SUM, "sum": dist.ReduceOp.SUM,
-               "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}
-        if op not in ops:  # checked in one process too, so a typo never waits for the first distributed run
+        if op not in ("mean", "sum", "max", "min"):  # checked in one process too: a typo never waits for a launch
             raise ConfigError(f'all_reduce op "{op}" is not one of mean, sum, max, min')
         is_tensor = isinstance(value, torch.Tensor)
         t = value.detach().clone() if is_tensor else torch.tensor(float(value))
-        if dist.is_initialized() and self.world_size > 1:
+        if self.world_size > 1:
             orig_device = t.device
             t = t.to(self.device)
             with self._progress.phase("session.all_reduce"):
-                dist.all_reduce(t, op=ops[op])
+                t = self._strategy.all_reduce(t, "sum" if op == "mean" else op)
             if op == "mean":
                 t = t / self.world_size
             t = t.to(orig_device)
@@ -339,9 +338,9 @@ class Session:
             user_print(*args, **kwargs)
 
     def barrier(self) -> None:
-        if dist.is_initialized():
+        if self.world_size > 1:
             with self._progress.phase("session.barrier"):
-                dist.barrier()
+                self._strategy.barrier()
 
     # -- state ----------------------------------------------------------------------------------------------
     def model_state_dict(self) -> dict[str, torch.Tensor]:

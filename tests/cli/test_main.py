@@ -43,12 +43,15 @@ def test_doctor_json_reports_every_method_and_backend():
     assert list(methods) == ["single", "dp", "ddp", "fsdp", "deepspeed", "horovod", "mirrored", "multiworker"]
     assert methods["ddp"]["status"] == "available" and "gloo" in methods["ddp"]["reason"]
     assert methods["deepspeed"]["status"] == "available"  # make test installs it
-    assert methods["horovod"]["status"] == "not implemented"
+    assert methods["horovod"]["status"] == "available"  # make test builds it (paratrain setup horovod)
+    assert methods["mirrored"]["status"] == "not implemented"
     components = {c["name"]: c for c in report["components"]}
     assert "accelerator: cpu (gloo)" in components["DeepSpeed"]["detail"], components["DeepSpeed"]
     assert components["torch"]["version"].startswith("2.")
     assert components["gloo"]["version"] == "built in"
     assert {"CUDA", "NCCL", "DeepSpeed", "Horovod", "TensorFlow"} <= set(components)
+    horovod = components["Horovod"]["detail"]  # what `horovodrun --check-build` says, and the torch it was built for
+    assert "controllers: Gloo" in horovod and "tensor ops: Gloo" in horovod and "built for torch 2." in horovod
 
 
 def test_doctor_table_has_fix_commands():
@@ -56,14 +59,15 @@ def test_doctor_table_has_fix_commands():
     assert proc.returncode == 0
     assert "Methods" in proc.stdout and "Backends" in proc.stdout
     # No fix is offered for a backend paratrain cannot use yet (its extra would install nothing).
-    assert "Horovod" in proc.stdout and "paratrain[horovod]" not in proc.stdout
+    assert "TensorFlow" in proc.stdout and "paratrain[tf]" not in proc.stdout
 
 
 def test_strategies_lists_names_launchers_and_options():
     rows = json.loads(paratrain("strategies", "--json").stdout)
     by_name = {r["name"]: r for r in rows}
     assert by_name["fsdp"]["launcher"] == "torchrun" and "shard=full|grad_op|none" in by_name["fsdp"]["options"]
-    assert by_name["single"]["implemented"] is True and by_name["horovod"]["implemented"] is False
+    assert by_name["single"]["implemented"] is True and by_name["mirrored"]["implemented"] is False
+    assert by_name["horovod"]["launcher"] == "horovodrun" and "fp16 = compression=fp16" in by_name["horovod"]["options"]
     assert "zero3 = zero_stage=3" in by_name["deepspeed"]["options"]  # the shorthand users type is listed
 
 

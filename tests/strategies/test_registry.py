@@ -35,5 +35,5 @@ def test_bad_option_value_lists_the_choices():
 
 def test_unimplemented_method_is_a_clear_error_not_a_crash():
     with pytest.raises(StrategyUnavailableError, match="not implemented"):
-        registry.resolve("horovod")
-    assert registry.availability(Method.HOROVOD).ok is False
+        registry.resolve("mirrored")
+    assert registry.availability(Method.MIRRORED).ok is False

@@ -42,7 +42,7 @@ def _global(
 
 COMMANDS = {"gpus": "gpus", "doctor": "doctor", "strategies": "strategies", "run": "run", "compare": "compare",
             "history": "history", "report": "history",
-            "advise": "advise"}  # command -> the cli module that registers it
+            "advise": "advise", "setup": "setup"}  # command -> the cli module that registers it
 _registered: set[str] = set()
 
 

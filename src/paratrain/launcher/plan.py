@@ -73,6 +73,8 @@ class LaunchPlan:
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
         if self.launcher is Launcher.TORCHRUN:
             cmd = [sys.executable, "-m", "torch.distributed.run", *self.argv]
+        elif self.launcher is Launcher.HOROVODRUN:
+            cmd = [sys.executable, "-m", "horovod.runner.launch", *self.argv]
         else:
             cmd = self.argv
         return f"{env} {shlex.join(cmd)}".strip()
@@ -165,10 +167,19 @@ def build_plan(config: RunConfig) -> LaunchPlan:
         # process (launch/local.py); this command is what it amounts to.
         argv = [sys.executable, "-m", "paratrain.launcher.worker", str(script), *config.args]
         return LaunchPlan(config, spec, info.launcher, 1, env, argv, threads, details)
-    if info.launcher is not Launcher.TORCHRUN:
+    if info.launcher not in (Launcher.TORCHRUN, Launcher.HOROVODRUN):
         raise ConfigError(f"{cls.method} is launched by {info.launcher}, which this version cannot start yet")
 
     gpus = _gpu_count()
+    if info.launcher is Launcher.HOROVODRUN:
+        from paratrain.launcher import horovodrun
+
+        nproc = horovodrun.check(config, gpus)
+        threads = choose_threads(nproc, gpus=gpus, requested=config.threads)
+        env.update({NPROC_VAR: str(nproc), "OMP_NUM_THREADS": str(threads.threads),
+                    **horovodrun.worker_env(config.timeout)})
+        argv = horovodrun.argv(nproc, str(script), list(config.args), config.rendezvous_timeout)
+        return LaunchPlan(config, spec, info.launcher, nproc, env, argv, threads, details)
     nproc = config.nproc or (gpus if gpus else 2)
     if gpus and nproc > gpus:
         raise ConfigError(f"--nproc {nproc} asks for more processes than the {gpus} visible GPUs",
@@ -219,6 +230,10 @@ def execute(plan: LaunchPlan) -> int:
         try:
             if plan.launcher is Launcher.LOCAL:
                 _run_local(plan, Path(notes))
+            elif plan.launcher is Launcher.HOROVODRUN:
+                from paratrain.launcher import horovodrun
+
+                horovodrun.run(plan, Path(notes))
             else:
                 _run_torchrun(plan, Path(notes))
         finally:

@@ -36,6 +36,17 @@ from paratrain.distenv import FAILURES_VAR, LOCAL_RANK_ARG_VAR, TIMEOUT_VAR
 from paratrain.launcher import torch_import
 
 
+def _adopt_horovod_env() -> None:
+    """Under horovodrun the rank comes as HOROVOD_RANK/...: give the script (and paratrain's notes) the same
+    RANK/WORLD_SIZE/LOCAL_RANK contract as under torchrun."""
+    if "HOROVOD_RANK" not in os.environ or "RANK" in os.environ:
+        return
+    for ours, theirs in (("RANK", "HOROVOD_RANK"), ("WORLD_SIZE", "HOROVOD_SIZE"),
+                         ("LOCAL_RANK", "HOROVOD_LOCAL_RANK"), ("LOCAL_WORLD_SIZE", "HOROVOD_LOCAL_SIZE")):
+        if theirs in os.environ:
+            os.environ[ours] = os.environ[theirs]
+
+
 def _run_script(script: str, args: list[str]) -> None:
     faulthandler.enable(all_threads=True)  # as torchelastic's @record: a crash in native code shows the Python stack
     if os.environ.get(LOCAL_RANK_ARG_VAR) == "1":
@@ -149,6 +160,7 @@ def run(script: str, args: list[str]) -> int:
 
     global _interrupted
     _interrupted = False
+    _adopt_horovod_env()
     signal.signal(signal.SIGINT, _on_sigint)
     try:
         _run_script(script, args)

@@ -222,6 +222,24 @@ class Strategy(ABC):
     def step(self, optimizer: torch.optim.Optimizer) -> None:
         optimizer.step()
 
+    def sync_gradients(self, optimizer: torch.optim.Optimizer) -> None:  # noqa: B027 - optional hook
+        """Make the gradients the synchronised ones now (before the Session clips them). A no-op where backward
+        already did it (DDP, FSDP); Horovod finishes its asynchronous allreduce here."""
+
+    def all_reduce(self, tensor: torch.Tensor, op: str) -> torch.Tensor:
+        """Reduce ``tensor`` over ranks ("sum", "max" or "min") through the method's own communication."""
+        import torch.distributed as dist
+
+        dist.all_reduce(tensor, op={"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,
+                                    "min": dist.ReduceOp.MIN}[op])
+        return tensor
+
+    def barrier(self) -> None:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.barrier()
+
     def grad_norm(self, model: torch.nn.Module) -> float | None:
         """The global gradient norm the method computed while clipping (``clips_gradients`` methods only)."""
         return None

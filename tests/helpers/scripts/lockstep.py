@@ -1,11 +1,13 @@
 """A Session loop in which one rank leaves the lock-step at step 5, in the way argv[1] names.
 
 exit   rank 1 calls sys.exit(3) between forward and backward
+kill   rank 1 SIGKILLs itself between forward and backward
 sleep  rank 1 sleeps (practically) forever between forward and backward
 skip   rank 1 skips a session.all_reduce that rank 0 makes
 eval   rank 0 runs an extra forward pass alone (main-rank-only evaluation), then every rank saves a checkpoint
 """
 import os
+import signal
 import sys
 import time
 
@@ -24,6 +26,8 @@ for step in range(1, 1000):
     loss = torch.nn.functional.mse_loss(model(x), y)
     if step == 5 and session.rank == 1 and mode == "exit":
         sys.exit(3)
+    if step == 5 and session.rank == 1 and mode == "kill":
+        os.kill(os.getpid(), signal.SIGKILL)
     if step == 5 and session.rank == 1 and mode == "sleep":
         time.sleep(3600)
     session.backward(loss)

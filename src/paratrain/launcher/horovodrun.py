@@ -1,0 +1,111 @@
+"""Launching through Horovod's own runner (``horovodrun --gloo``), called in-process like torchrun.
+
+horovodrun starts one process per slot with ``HOROVOD_RANK``/``HOROVOD_SIZE``/... and its Gloo rendezvous server;
+each process runs paratrain's worker (which maps those variables to the ``RANK``/``WORLD_SIZE`` contract the
+Session reads) and the user's script. A worker that fails makes horovodrun stop the others; the launcher then names
+the rank from the workers' own notes or, for a process killed from outside, from horovodrun's report.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import signal
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from paratrain.errors import ConfigError, LaunchError
+
+if TYPE_CHECKING:
+    from paratrain.launcher.plan import LaunchPlan
+
+START_TIMEOUT_S = 60  # horovodrun's own default is 30 s; a loaded 2-core machine needs more to start N Pythons
+_FAILED = re.compile(r"Process name:\s*(\d+)\s*\n\s*Exit code:\s*(-?\d+)")
+
+
+def check(config: Any, gpus: int) -> int:
+    """What horovodrun cannot do from paratrain's flags; returns the process count."""
+    if config.nnodes > 1 or config.master:
+        raise ConfigError("--strategy horovod runs on one machine in this version (--nnodes/--master are torchrun's "
+                          "rendezvous, which horovodrun does not use)",
+                          hint="on several machines run horovodrun -H host1:N,host2:N yourself with a paratrain "
+                               "script, or use --strategy ddp --nnodes")
+    if config.max_restarts:
+        raise ConfigError("--max-restarts is torchrun's; horovod's elastic mode is not wired into paratrain",
+                          hint="drop --max-restarts, or use --strategy ddp")
+    nproc = config.nproc or (gpus if gpus else 2)
+    if gpus and nproc > gpus:
+        raise ConfigError(f"--nproc {nproc} asks for more processes than the {gpus} visible GPUs",
+                          hint=f"use --nproc {gpus} or fewer (one process per GPU)")
+    return nproc
+
+
+def argv(nproc: int, script: str, args: list[str], start_timeout: float | None) -> list[str]:
+    """horovodrun's command line (after ``python -m horovod.runner.launch``)."""
+    timeout = int(start_timeout or START_TIMEOUT_S)
+    return ["-np", str(nproc), "-H", f"localhost:{nproc}", "--gloo", "--start-timeout", str(timeout),
+            "--disable-cache", sys.executable, "-m", "paratrain.launcher.worker", script, *args]
+
+
+def worker_env(timeout: float | None) -> dict[str, str]:
+    """Horovod's own settings for a paratrain job: a rank that stops taking part ends the job (after ``--timeout``,
+    default 5 minutes) instead of leaving the others waiting for ever."""
+    stall = int(timeout) if timeout else 300
+    return {"HOROVOD_STALL_CHECK_TIME_SECONDS": str(max(stall // 2, 1)),
+            "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": str(stall),
+            "HOROVOD_GLOO_TIMEOUT_SECONDS": str(stall)}
+
+
+def run(plan: LaunchPlan, notes: Path) -> None:
+    from horovod.runner import launch
+
+    from paratrain.launcher import plan as plans
+    from paratrain.launcher.watchdog import Watchdog
+
+    saved_argv = sys.argv
+    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    watchdog = Watchdog(notes, plan.world_size, plan.config.stall_timeout)
+    try:
+        sys.argv = ["horovodrun", *plan.argv]
+        args = launch.parse_args()  # horovodrun's parser reads sys.argv
+        with watchdog:
+            launch._run(args)
+    except RuntimeError as exc:
+        if watchdog.verdict:
+            raise LaunchError(watchdog.verdict, hint=plans.STALL_HINT) from None
+        raise _failure(str(exc), notes) from None
+    finally:
+        sys.argv = saved_argv
+        for sig, handler in handlers.items():
+            with contextlib.suppress(ValueError, TypeError):
+                signal.signal(sig, handler)
+
+
+def _failure(text: str, notes: Path) -> LaunchError:
+    from paratrain.launcher import plan as plans
+
+    noted = plans.first_noted(notes)
+    match = _FAILED.search(text)
+    code = int(match.group(2)) if match else 1
+    if code == 128 + signal.SIGINT:  # Ctrl-C reached every worker: they stopped quietly
+        return plans.Interrupted(signal.SIGINT)
+    first = int(match.group(1)) if match else None  # the first process to exit, by horovodrun's clock
+    notes_of = {n["rank"]: n for n in plans._read_notes(notes, "failure")}
+    if first is not None and first not in notes_of:  # it died without a word (a signal): its peers' notes are echoes
+        noted = None
+    elif first is not None:
+        noted = notes_of[first]
+    if noted is not None:
+        same = noted["rank"] == first
+        return LaunchError(f"rank {noted['rank']} failed first (exit code {code if same else 1}): {noted['error']}",
+                           exit_code=code if same else 1)
+    if match:
+        rank = int(match.group(1))
+        what = f"exit code {code}"
+        if code > 128:
+            what += f", {plans._signal_text(code - 128, plans._finished(notes, rank))}"
+        return LaunchError(f"rank {rank} failed first ({what}); horovodrun stopped the others", exit_code=code)
+    first = text.strip().splitlines()[0] if text.strip() else "horovodrun failed"
+    return LaunchError(f"the horovod job could not start: {first}",
+                       hint="--start-timeout is --rendezvous-timeout here; `paratrain doctor` checks the install")

@@ -1,0 +1,172 @@
+"""Horovod (Gloo controller on CPU, NCCL operations on GPUs) behind the Session.
+
+``paratrain run --strategy horovod`` starts the workers through Horovod's own runner (``horovodrun --gloo``); each
+worker calls ``hvd.init()``, pins its device by local rank, wraps the optimizer in ``hvd.DistributedOptimizer`` (the
+Session's ``grad_accum`` is its ``backward_passes_per_step``) and broadcasts parameters and optimizer state from
+rank 0. Gradients, ``session.all_reduce`` and ``session.barrier`` go through Horovod.
+
+paratrain's own bookkeeping — checkpoints through ``torch.distributed.checkpoint``, evaluation's gather — needs a
+torch process group, which horovodrun does not start. Rank 0 opens a TCPStore on a free port and tells the others
+where it is through ``hvd.broadcast_object``, so the group needs no port from the user and no second launcher.
+"""
+
+from __future__ import annotations
+
+import datetime
+import importlib.util
+import socket
+from dataclasses import dataclass
+from typing import Any, ClassVar, Literal
+
+import torch
+
+from paratrain.errors import ConfigError, LaunchError
+from paratrain.strategies import _procgroup
+from paratrain.strategies.base import Availability, Method, Strategy, StrategyOptions
+
+SETUP_FIX = "paratrain setup horovod"
+
+
+@dataclass(frozen=True, kw_only=True)
+class HorovodOptions(StrategyOptions):
+    compression: Literal["none", "fp16"] = "none"  # gradients cast to fp16 for the allreduce
+    op: Literal["average", "adasum"] = "average"  # Adasum: needs an MPI (CPU) or NCCL (GPU) build
+
+    shorthands: ClassVar = {"fp16": {"compression": "fp16"}, "adasum": {"op": "adasum"}}
+
+
+class HorovodStrategy(Strategy):
+    method = Method.HOROVOD
+    options_type = HorovodOptions
+    options: HorovodOptions
+    # Horovod's torch adapter has no bfloat16 (or bool) tensors: bf16-true would fail in the first allreduce.
+    # bf16-mixed keeps parameters and gradients fp32. fp16-mixed needs a GradScaler around Horovod's synchronize,
+    # which paratrain does not do yet.
+    supported_precision = frozenset({"fp32", "bf16-mixed"})
+
+    def __init__(self, options, env) -> None:
+        super().__init__(options, env)
+        self._hvd: Any = None
+        self._synced = False
+
+    @classmethod
+    def available(cls) -> Availability:
+        try:
+            found = importlib.util.find_spec("horovod") is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            return Availability(False, "Horovod is not installed (it needs a patched build for this torch)",
+                                SETUP_FIX)
+        return Availability.yes("Horovod on " + ("GPU (NCCL)" if torch.cuda.is_available() else "CPU (Gloo)"))
+
+    def setup(self) -> None:
+        if not self.env.launched:
+            raise LaunchError("strategy horovod needs Horovod's launcher (HOROVOD_RANK is not set)",
+                              hint="run it as `paratrain run --strategy horovod --nproc 2 SCRIPT`")
+        try:
+            import horovod.torch as hvd
+        except ImportError as exc:  # built for another torch, or half-installed
+            raise LaunchError(f"horovod.torch cannot be imported: {exc}", hint=SETUP_FIX + " --force") from None
+        hvd.init()
+        self._hvd = hvd
+        if hvd.size() != self.env.world_size:
+            raise LaunchError(f"Horovod formed {hvd.size()} ranks, expected {self.env.world_size}")
+        self._check_op(hvd)
+        self.device = _procgroup.pick_device(self.env)
+        if self.device.type == "cuda":
+            torch.cuda.set_device(self.device)
+        if self.world_size > 1:
+            self._join_torch_group(hvd)
+
+    def _check_op(self, hvd: Any) -> None:
+        if self.options.op != "adasum" or self.world_size == 1:
+            return
+        gpu = torch.cuda.is_available()
+        if not (hvd.nccl_built() if gpu else hvd.mpi_built()):
+            raise ConfigError(f"Adasum on {'GPUs needs a Horovod built with NCCL' if gpu else 'CPU needs MPI'}; "
+                              "this Horovod has Gloo operations only", hint="use --strategy horovod (op=average)")
+        if self.world_size & (self.world_size - 1):
+            raise ConfigError(f"Adasum needs a power-of-two number of ranks, not {self.world_size}",
+                              hint="use --nproc 2, 4 or 8")
+
+    def _join_torch_group(self, hvd: Any) -> None:
+        """A gloo group beside Horovod's, for checkpoints and evaluation (see the module docstring)."""
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            return
+        timeout = datetime.timedelta(seconds=self.env.timeout_s or 1800)
+        store = None
+        where = None
+        if self.rank == 0:
+            host = "127.0.0.1" if hvd.local_size() == hvd.size() else socket.gethostbyname(socket.gethostname())
+            store = dist.TCPStore(host, 0, self.world_size, is_master=True, timeout=timeout,
+                                  wait_for_workers=False)
+            where = (host, store.port)
+        host, port = hvd.broadcast_object(where, root_rank=0, name="paratrain.store")
+        if store is None:
+            store = dist.TCPStore(host, port, self.world_size, is_master=False, timeout=timeout)
+        dist.init_process_group("gloo", store=store, rank=self.rank, world_size=self.world_size, timeout=timeout)
+
+    def wrap(self, model, optimizer):
+        hvd = self._hvd
+        model = model.to(self.device)
+        hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+        if optimizer is None:
+            return model, None
+        compression = hvd.Compression.fp16 if self.options.compression == "fp16" else hvd.Compression.none
+        op = hvd.Adasum if self.options.op == "adasum" else hvd.Average
+        grad_accum = self.train.grad_accum if self.train is not None else 1
+        had_state = bool(optimizer.state)
+        optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
+                                             compression=compression, backward_passes_per_step=grad_accum, op=op)
+        _accept_set_to_none(optimizer)
+        if had_state:
+            # Only a optimizer that has state needs rank 0's: for an empty one Horovod first takes a real step with
+            # zero gradients to create it — AdamW would count a step and decay the weights once, on every rank.
+            hvd.broadcast_optimizer_state(optimizer, root_rank=0)
+        return model, optimizer
+
+    def sync_gradients(self, optimizer) -> None:
+        """Finish the allreduce before the Session clips: the norm must be that of the averaged gradients."""
+        if self.world_size > 1 and self.options.op != "adasum":
+            optimizer.synchronize()
+            self._synced = True
+
+    def step(self, optimizer) -> None:
+        if self._synced:
+            self._synced = False
+            with optimizer.skip_synchronize():
+                optimizer.step()
+        else:
+            optimizer.step()  # synchronizes first
+
+    def all_reduce(self, tensor: torch.Tensor, op: str) -> torch.Tensor:
+        hvd = self._hvd
+        ops = {"sum": hvd.Sum, "max": hvd.Max, "min": hvd.Min}
+        return hvd.allreduce(tensor, op=ops[op], name=f"paratrain.all_reduce.{op}")
+
+    def barrier(self) -> None:
+        self._hvd.barrier()
+
+    def teardown(self) -> None:
+        _procgroup.leave(self.env.timeout_s)
+        if self._hvd is not None:
+            hvd, self._hvd = self._hvd, None
+            hvd.shutdown()
+
+
+def _accept_set_to_none(optimizer: Any) -> None:
+    """Horovod 0.28's ``zero_grad()`` predates torch's ``set_to_none`` argument, which the Session, torch's own
+    checkpoint helpers and many user scripts pass. Keep Horovod's check (no allreduce may still be pending), then
+    zero as torch would."""
+    horovods = optimizer.zero_grad
+    torchs = super(type(optimizer), optimizer).zero_grad
+
+    def zero_grad(set_to_none: bool = True) -> None:
+        if optimizer._handles:
+            horovods()  # raises Horovod's own error about the race
+        torchs(set_to_none=set_to_none)
+
+    optimizer.zero_grad = zero_grad
