@@ -61,6 +61,14 @@ def test_a_native_horovodrun_script_runs_unchanged_with_the_same_result(tmp_path
     assert max_diffs(tmp_path / "theirs", tmp_path / "ours") == (0.0, 0.0)
 
 
+def test_the_handwritten_baseline_matches_one_process_with_adamw(tmp_path, reference):
+    # examples/handwritten/horovod.py is the seed's snippet made runnable: benchmarks/ measure paratrain against it
+    out = tmp_path / "hand"
+    check(paratrain("run", "-s", "horovod", "-n", "2", str(ROOT / "examples" / "handwritten" / "horovod.py"),
+                    "--optimizer", "adamw", "--steps", "200", "--out", str(out)))
+    assert_equivalent(reference("adamw"), out)
+
+
 def _run(*args: str, timeout: float = 120) -> tuple[subprocess.CompletedProcess, float]:
     start = time.monotonic()
     proc = paratrain("run", *args, timeout=timeout)

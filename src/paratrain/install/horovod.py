@@ -83,7 +83,7 @@ def installed_for() -> str | None:
     return str(built.get("pytorch") or built.get("torch") or "none")
 
 
-def _torch_matches(built: str | None) -> bool:
+def torch_matches(built: str | None) -> bool:
     import torch
 
     return built is not None and built.split("+")[0] == torch.__version__.split("+")[0]
@@ -97,7 +97,7 @@ def setup(progress: Progress | None = None, *, force: bool = False, rebuild: boo
     say = progress or (lambda _text, _pct: None)
     started = time.monotonic()
     key = build_key()
-    if not force and not rebuild and _torch_matches(installed_for()):
+    if not force and not rebuild and torch_matches(installed_for()):
         return SetupResult("present", None, time.monotonic() - started, key)
     folder = cache_root() / "wheels" / key
     cached = sorted(folder.glob("horovod-*.whl")) if folder.is_dir() else []

@@ -58,6 +58,12 @@ class HorovodStrategy(Strategy):
         if not found:
             return Availability(False, "Horovod is not installed (it needs a patched build for this torch)",
                                 SETUP_FIX)
+        from paratrain.install import horovod as install
+
+        built = install.installed_for()
+        if not install.torch_matches(built):  # its C++ extension would fail to load (or crash) in every worker
+            return Availability(False, f"the installed Horovod was built for torch {built}, not {torch.__version__}",
+                                SETUP_FIX + " --force")
         return Availability.yes("Horovod on " + ("GPU (NCCL)" if torch.cuda.is_available() else "CPU (Gloo)"))
 
     def setup(self) -> None:
