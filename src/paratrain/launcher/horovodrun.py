@@ -57,8 +57,30 @@ def worker_env(timeout: float | None) -> dict[str, str]:
             "HOROVOD_GLOO_TIMEOUT_SECONDS": str(stall)}
 
 
+def _noting_signals(received: list[int]) -> Any:
+    """horovodrun's handler for SIGINT/SIGTERM (it stops the workers), which also notes the signal: afterwards the
+    job's end reads as an interruption, not as a worker that failed with SIGTERM."""
+    from horovod.runner import gloo_run
+
+    original = gloo_run.register_shutdown_event
+
+    def register() -> Any:
+        event = original()
+
+        def on_signal(signum: int, _frame: object) -> None:
+            received.append(signum)
+            event.set()
+
+        signal.signal(signal.SIGINT, on_signal)
+        signal.signal(signal.SIGTERM, on_signal)
+        return event
+
+    gloo_run.register_shutdown_event = register
+    return original
+
+
 def run(plan: LaunchPlan, notes: Path) -> None:
-    from horovod.runner import launch
+    from horovod.runner import gloo_run, launch
 
     from paratrain.launcher import plan as plans
     from paratrain.launcher.watchdog import Watchdog
@@ -66,6 +88,8 @@ def run(plan: LaunchPlan, notes: Path) -> None:
     saved_argv = sys.argv
     handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
     watchdog = Watchdog(notes, plan.world_size, plan.config.stall_timeout)
+    received: list[int] = []
+    original = _noting_signals(received)
     try:
         sys.argv = ["horovodrun", *plan.argv]
         args = launch.parse_args()  # horovodrun's parser reads sys.argv
@@ -74,8 +98,11 @@ def run(plan: LaunchPlan, notes: Path) -> None:
     except RuntimeError as exc:
         if watchdog.verdict:
             raise LaunchError(watchdog.verdict, hint=plans.STALL_HINT) from None
+        if received:
+            raise plans.Interrupted(received[0]) from None
         raise _failure(str(exc), notes) from None
     finally:
+        gloo_run.register_shutdown_event = original
         sys.argv = saved_argv
         for sig, handler in handlers.items():
             with contextlib.suppress(ValueError, TypeError):

@@ -41,10 +41,21 @@ def _adopt_horovod_env() -> None:
     RANK/WORLD_SIZE/LOCAL_RANK contract as under torchrun."""
     if "HOROVOD_RANK" not in os.environ or "RANK" in os.environ:
         return
+    # horovodrun stops the workers of a failed or interrupted job with SIGTERM, through the shell it started them
+    # with, which then prints "Terminated" for each: leave quietly instead (the launcher says what happened).
+    signal.signal(signal.SIGTERM, _leave_on_sigterm)
     for ours, theirs in (("RANK", "HOROVOD_RANK"), ("WORLD_SIZE", "HOROVOD_SIZE"),
                          ("LOCAL_RANK", "HOROVOD_LOCAL_RANK"), ("LOCAL_WORLD_SIZE", "HOROVOD_LOCAL_SIZE")):
         if theirs in os.environ:
             os.environ[ours] = os.environ[theirs]
+
+
+def _leave_on_sigterm(signum: int, _frame: object) -> None:
+    from paratrain.strategies import _procgroup
+
+    _procgroup.mark_failing()
+    flush_output()
+    os._exit(128 + signum)
 
 
 def _run_script(script: str, args: list[str]) -> None:
