@@ -95,6 +95,11 @@ def run(plan: LaunchPlan, notes: Path) -> None:
         args = launch.parse_args()  # horovodrun's parser reads sys.argv
         with watchdog:
             launch._run(args)
+        # Workers stopped by horovodrun on a signal can all report success (they leave quietly on its SIGTERM)
+        if watchdog.verdict:
+            raise LaunchError(watchdog.verdict, hint=plans.STALL_HINT)
+        if received:
+            raise plans.Interrupted(received[0])
     except RuntimeError as exc:
         if watchdog.verdict:
             raise LaunchError(watchdog.verdict, hint=plans.STALL_HINT) from None
@@ -117,16 +122,13 @@ def _failure(text: str, notes: Path) -> LaunchError:
     code = int(match.group(2)) if match else 1
     if code == 128 + signal.SIGINT:  # Ctrl-C reached every worker: they stopped quietly
         return plans.Interrupted(signal.SIGINT)
-    first = int(match.group(1)) if match else None  # the first process to exit, by horovodrun's clock
+    first = int(match.group(1)) if match else None  # the first process to exit, by horovodrun's whole-second-ish clock
     notes_of = {n["rank"]: n for n in plans._read_notes(notes, "failure")}
     if first is not None and first not in notes_of:  # it died without a word (a signal): its peers' notes are echoes
         noted = None
-    elif first is not None:
-        noted = notes_of[first]
-    if noted is not None:
-        same = noted["rank"] == first
-        return LaunchError(f"rank {noted['rank']} failed first (exit code {code if same else 1}): {noted['error']}",
-                           exit_code=code if same else 1)
+    if noted is not None:  # the earliest of the workers' own notes (sub-second times): the cause, not its echo
+        own = int(noted.get("code", 1))
+        return LaunchError(f"rank {noted['rank']} failed first (exit code {own}): {noted['error']}", exit_code=own)
     if match:
         rank = int(match.group(1))
         what = f"exit code {code}"

@@ -90,11 +90,11 @@ def _record_for_torchrun(exc: BaseException) -> None:
         get_error_handler().record_exception(exc)
 
 
-def _note_failure(summary: str) -> None:
+def _note_failure(summary: str, code: int = 1) -> None:
     from paratrain.strategies import _procgroup
 
     _procgroup.mark_failing()  # the Session's exit must not wait in a barrier for ranks that wait for us
-    note("failure", {"error": summary})
+    note("failure", {"error": summary, "code": code})
 
 
 def _exit_code_of(exc: SystemExit) -> int:
@@ -176,7 +176,7 @@ def run(script: str, args: list[str]) -> int:
     try:
         _run_script(script, args)
     except ParatrainError as exc:
-        _note_failure(exc.one_line())
+        _note_failure(exc.one_line(), exc.exit_code)
         _record_for_torchrun(exc)
         if os.environ.get("PARATRAIN_DEBUG") == "1":
             traceback.print_exc()
@@ -186,7 +186,7 @@ def run(script: str, args: list[str]) -> int:
     except SystemExit as exc:
         code = _exit_code_of(exc)
         if code != 0:
-            _note_failure(f"exited with {code}")
+            _note_failure(f"exited with {code}", code)
         return _wind_down(code)
     except KeyboardInterrupt:
         return _stop_quietly()
