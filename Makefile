@@ -32,6 +32,8 @@ $(VENV)/.all: $(VENV)/.core pyproject.toml
 	# DeepSpeed compiles its CPU communication op on first use (about a minute): pay it here, once, not in a test.
 	DS_ACCELERATOR=cpu $(PY) -c "from deepspeed.ops.op_builder.cpu import ShareMemCommBuilder as B; B().load()" \
 		> /dev/null
+	# tf_keras for multiworker fit(); --no-deps, matching the installed TensorFlow's minor version.
+	$(PIP) install --no-deps "tf_keras==$$($(PY) -c 'import importlib.metadata as m; print(".".join(m.version("tensorflow-cpu").split(".")[:2]))').*"
 	touch $@
 
 install: $(VENV)/.core

@@ -16,11 +16,10 @@ import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any
 
-import torch
-
-from paratrain.model_facts import model_facts
+if TYPE_CHECKING:  # torch is imported where it is used: a Keras script's recorder needs this module too
+    import torch
 
 METRICS_VAR = "PARATRAIN_METRICS"
 MAX_STEPS_VAR = "PARATRAIN_MAX_STEPS"  # compare --steps for a user's script: the Session ends the run there
@@ -41,6 +40,8 @@ def _local_nbytes(t: torch.Tensor) -> int:
 
 def state_bytes(model: torch.nn.Module, optimizer: torch.optim.Optimizer | None) -> dict[str, int]:
     """Bytes of parameters, gradients and optimizer state this rank actually holds."""
+    import torch
+
     params = sum(_local_nbytes(p) for p in model.parameters())
     grads = sum(_local_nbytes(p.grad) for p in model.parameters() if p.grad is not None)
     optim = 0
@@ -120,6 +121,10 @@ class StepRecorder:
         if self._last is None:
             self._last = time.perf_counter()
         if not self._state_written:
+            import torch
+
+            from paratrain.model_facts import model_facts
+
             # The thread count the process really trains with, read here rather than trusted from the launcher.
             # param_count is the whole model's (a sharded DTensor's numel() is its global size; a ZeRO-3 parameter's
             # numel() is 0 between uses, its ds_numel the full count): `advise` matches measurements to the model it
@@ -148,6 +153,8 @@ class StepRecorder:
             from torch.profiler import ProfilerActivity, profile
 
             self._world = dist.get_world_size() if dist.is_initialized() else 1
+            import torch
+
             activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
             self._profiler = profile(activities=activities, record_shapes=True)
             self._profiler.__enter__()
@@ -172,6 +179,8 @@ class StepRecorder:
             self._profiler = None
         summary: dict[str, Any] = {"summary": True, "peak_rss_bytes": peak_rss_bytes(), "t": time.time()}
         if device is not None and device.type == "cuda":
+            import torch
+
             summary["cuda_max_allocated_bytes"] = torch.cuda.max_memory_allocated(device)
         self.write(summary)
         self._file.close()

@@ -32,6 +32,11 @@ EQUIVALENCE_TOL = 1e-5
 # roundings of a loss near 1 (tests/test_options.py measures 5e-4 after 30 steps and explains the bound).
 EQUIVALENCE_TOL_16BIT = 1e-2
 WORKLOAD_SCRIPT = str(Path(__file__).resolve().parents[1] / "workloads" / "train.py")
+KERAS_SCRIPT = str(Path(__file__).resolve().parents[1] / "workloads" / "train_keras.py")
+KERAS_WORKLOADS = ("mlp",)  # bundled workloads with a Keras twin
+# A Keras cell against the torch reference: the same model, data, initial weights and optimizer in another
+# framework's kernels (measured on the mlp: 1.8e-6 over 120 steps).
+CROSS_FRAMEWORK_TOL = 1e-4
 Progress = Callable[[str, str, dict[str, Any] | None], None]  # (cell key, status text, finished cell or None)
 
 
@@ -122,9 +127,31 @@ def _max_steps(settings: CompareSettings) -> int | None:
 
 
 def default_strategies() -> list[str]:
-    """Every torch method in the registry; those that cannot run here become 'unavailable' rows."""
-    return [spec for m, e in registry.REGISTRY.items() if e.framework == "torch"
-            for spec in (e.compare_specs or (str(m),))]
+    """Every method in the registry; those that cannot run here become 'unavailable' rows."""
+    return [spec for m, e in registry.REGISTRY.items() for spec in (e.compare_specs or (str(m),))]
+
+
+def script_framework(script: str) -> str:
+    """"tensorflow" for a Keras / paratrain.tf script, else "torch" (what decides which methods can run it)."""
+    try:
+        text = Path(script).read_text(errors="replace")
+    except OSError:
+        return "torch"
+    markers = ("paratrain.tf", "from paratrain import tf", "import tensorflow", "from tensorflow", "import keras")
+    return "tensorflow" if any(m in text for m in markers) else "torch"
+
+
+def _framework_mismatch(settings: CompareSettings, framework: str) -> str | None:
+    """Why a method of ``framework`` cannot run the compared training, or None when it can."""
+    if settings.script:
+        own = script_framework(settings.script)
+        if own != framework:
+            kind = "a Keras (paratrain.tf) script" if own == "tensorflow" else "a PyTorch (Session) script"
+            return f"{framework} method; {Path(settings.script).name} is {kind}"
+        return None
+    if framework == "tensorflow" and (settings.workload or "mlp") not in KERAS_WORKLOADS:
+        return f"no Keras version of the {settings.workload} workload (only {', '.join(KERAS_WORKLOADS)})"
+    return None
 
 
 def plan_cells(settings: CompareSettings) -> list[Cell]:
@@ -135,8 +162,9 @@ def plan_cells(settings: CompareSettings) -> list[Cell]:
     for spec in names:
         name, _ = registry.parse_spec(spec)
         entry = registry.info(name)
-        if entry.framework != "torch":
-            cells.append(Cell(None, spec, settings.nproc[0], f"{entry.framework} method: needs a Keras script"))
+        mismatch = _framework_mismatch(settings, entry.framework)
+        if mismatch:
+            cells.append(Cell(None, spec, settings.nproc[0], mismatch))
             continue
         if not entry.implemented:
             cells.append(Cell(None, spec, settings.nproc[0], "not implemented in this version"))
@@ -148,10 +176,12 @@ def plan_cells(settings: CompareSettings) -> list[Cell]:
             fix = f" (fix: {avail.fix})" if avail.fix else ""
             cells.append(Cell(None, normalized, settings.nproc[0], avail.reason + fix))
             continue
-        sizes = [1] if entry.launcher is Launcher.LOCAL else settings.nproc
+        # mirrored's --nproc is its replica count; the other one-process methods run once
+        sizes = [1] if entry.launcher is Launcher.LOCAL and entry.framework == "torch" else settings.nproc
+        run_script = KERAS_SCRIPT if entry.framework == "tensorflow" and not settings.script else script
+        flags = _run_flags(settings) if entry.framework == "torch" else []
         for n in sizes:
-            cells.append(Cell(CellSpec(normalized, n, script, args, _run_flags(settings), _max_steps(settings)),
-                              normalized, n))
+            cells.append(Cell(CellSpec(normalized, n, run_script, args, flags, _max_steps(settings)), normalized, n))
     if not any(c.spec for c in cells):
         raise ConfigError("none of the requested methods can run here", hint="see `paratrain doctor`")
     return cells
@@ -214,7 +244,8 @@ def run_compare(settings: CompareSettings, out_dir: Path, progress: Progress | N
                 runs.append(run_cell(cell.spec, folder, warmup=settings.warmup, timeout=settings.timeout,
                                      tokens_per_sample=tokens, progress=tick,
                                      profile_steps=_profile_steps(settings, total)))
-            row = {"key": cell.key, "strategy": cell.strategy, "nproc": cell.nproc, **_median_run(runs)}
+            row = {"key": cell.key, "strategy": cell.strategy, "nproc": cell.nproc, "framework": _framework(cell),
+                   **_median_run(runs)}
             results["cells"].append(row)
             say(cell.key, row["status"], row)
         finalize(results)
@@ -251,9 +282,13 @@ def _profile_steps(settings: CompareSettings, total: int | None) -> int:
     return PROFILE_STEPS
 
 
+def _framework(cell: Cell) -> str:
+    return registry.info(registry.parse_spec(cell.strategy)[0]).framework
+
+
 def _unavailable(cell: Cell) -> dict[str, Any]:
     return {"key": cell.key, "strategy": cell.strategy, "nproc": cell.nproc, "status": "unavailable",
-            "error": cell.reason, "log": None}
+            "error": cell.reason, "log": None, "framework": _framework(cell)}
 
 
 def _slug(key: str) -> str:
@@ -298,7 +333,9 @@ def finalize(results: dict[str, Any]) -> None:
     precision = results["settings"].get("precision") or "fp32"
     results["tolerance"] = EQUIVALENCE_TOL if precision == "fp32" else EQUIVALENCE_TOL_16BIT
     for cell in cells:
-        cell["tolerance"] = results["tolerance"]
+        cell.setdefault("framework", "torch")
+        cross = ref is not None and cell["framework"] != ref.get("framework", "torch")
+        cell["tolerance"] = max(results["tolerance"], CROSS_FRAMEWORK_TOL) if cross else results["tolerance"]
     results["reference"] = ref["key"] if ref and not weak else None
     results.setdefault("floors", {})
     for cell in ok:
@@ -311,7 +348,22 @@ def finalize(results: dict[str, Any]) -> None:
         if base is not None and base.get("samples_per_s") and cell.get("samples_per_s"):
             cell["scaling_efficiency"] = cell["samples_per_s"] / (cell["nproc"] * base["samples_per_s"])
     equivalence.judge(results, ref if results["reference"] else None)
+    results["cross_framework"] = _cross_framework(ok, ref if results["reference"] else None)
     results.setdefault("recommendation", None)
+
+
+def _cross_framework(ok: list[dict[str, Any]], ref: dict[str, Any] | None) -> dict[str, Any] | None:
+    """PyTorch against Keras: the largest loss difference of the other framework's cells from the reference."""
+    if ref is None:
+        return None
+    theirs = ref.get("framework", "torch")
+    other = [c for c in ok if c["framework"] != theirs and c.get("loss_max_abs_diff") is not None]
+    if not other:
+        return None
+    worst = max(other, key=lambda c: c["loss_max_abs_diff"])
+    return {"reference": ref["key"], "cells": [c["key"] for c in other], "worst": worst["key"],
+            "max_abs_diff": worst["loss_max_abs_diff"], "steps": min(len(c["losses"]) for c in other),
+            "tolerance": worst["tolerance"], "same": all(c["loss_max_abs_diff"] <= c["tolerance"] for c in other)}
 
 
 __all__ = ["EQUIVALENCE_TOL", "CompareSettings", "plan_cells", "run_compare"]

@@ -115,7 +115,7 @@ def causes(facts: dict[str, Any] | None, nproc: int) -> list[str]:
 
 def verdict(cell: dict[str, Any], results: dict[str, Any]) -> tuple[Verdict | None, str]:
     """(verdict, the sentence that says which test applied, with its numbers)."""
-    tol, ref = results["tolerance"], results.get("reference")
+    tol, ref = cell.get("tolerance", results["tolerance"]), results.get("reference")
     diff, mean = cell.get("loss_max_abs_diff"), cell.get("loss_mean_abs_diff")
     if diff is None or mean is None:
         return None, "not compared"

@@ -27,6 +27,14 @@ def equivalence_markdown(results: dict[str, Any]) -> list[str]:
              f"in this same comparison: **within noise** when its mean |Δloss| per step is at most {factor:g}× the "
              "larger floor for its number of processes (such cells can be recommended), else **NOT EQUIVALENT** "
              "(a different training; its speed does not count).", ""]
+    cross = results.get("cross_framework")
+    if cross:
+        lines += [f"**PyTorch vs Keras**: the Keras cells ({', '.join(cross['cells'])}) train the same model, data, "
+                  f"initial weights and optimizer as {cross['reference']}, in TensorFlow's kernels. "
+                  "Largest difference: "
+                  f"max |Δloss| {cross['max_abs_diff']:.1e} over {cross['steps']} steps ({cross['worst']}) — "
+                  + (f"the same training (≤ {cross['tolerance']:.0e})." if cross["same"]
+                     else f"**more than {cross['tolerance']:.0e}: the frameworks did not train alike**."), ""]
     floors = results.get("floors") or {}
     if floors:
         lines += ["Noise floors (distance of each from the reference):", "",

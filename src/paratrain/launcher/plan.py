@@ -129,8 +129,9 @@ def method_env(cls: type, options: StrategyOptions, train: dict, timeout: float 
 
 
 def build_plan(config: RunConfig) -> LaunchPlan:
-    registry.info(parse_spec(config.strategy)[0])  # a misspelt method is reported without waiting for torch
-    load_torch()  # the method's module imports torch: here, the launcher's one fast import
+    entry = registry.info(parse_spec(config.strategy)[0])  # a misspelt method is reported without waiting for torch
+    if entry.framework == "torch":
+        load_torch()  # the method's module imports torch: here, the launcher's one fast import
     cls, options = registry.resolve(config.strategy)
     registry.require_available(cls)
     if not config.script:
@@ -153,6 +154,10 @@ def build_plan(config: RunConfig) -> LaunchPlan:
         if config.keep:
             env[KEEP_VAR] = str(config.keep)
 
+    if info.framework == "tensorflow":
+        from paratrain.launcher import tfrun
+
+        return tfrun.build(config, cls, options, env, str(script), spec)
     if info.launcher is Launcher.LOCAL:
         if (config.nproc or 1) > 1 or config.nnodes > 1:
             raise ConfigError(
@@ -234,12 +239,24 @@ def execute(plan: LaunchPlan) -> int:
                 from paratrain.launcher import horovodrun
 
                 horovodrun.run(plan, Path(notes))
+            elif plan.launcher is Launcher.TFCONFIG:
+                from paratrain.launcher import tfrun
+
+                tfrun.run(plan, Path(notes))
             else:
                 _run_torchrun(plan, Path(notes))
         finally:
             os.environ.pop(FAILURES_VAR, None)
-    where = "GPU" if _gpu_count() else "CPU"
-    notice(f"{plan.spec} × {plan.world_size} process{'es' if plan.world_size > 1 else ''} ({where}) "
+    if plan.launcher is Launcher.TFCONFIG:
+        from paratrain.launcher import tfrun
+
+        where = "GPU" if tfrun.gpu_count() else "CPU"
+    else:
+        where = "GPU" if _gpu_count() else "CPU"
+    what = f"{plan.world_size} process{'es' if plan.world_size > 1 else ''}"
+    if plan.launcher is Launcher.TFCONFIG and plan.nproc == 1 and plan.details:
+        what = f"{plan.details['replicas']} replica(s) in one process"
+    notice(f"{plan.spec} × {what} ({where}) "
            f"finished in {time.time() - _process_start():.1f} s")
     return 0
 

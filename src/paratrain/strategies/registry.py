@@ -67,11 +67,11 @@ _ENTRIES = [
                "Horovod ring all-reduce through horovodrun; for clusters and scripts already built on Horovod",
                "paratrain.strategies.horovod:HorovodStrategy", True),
     MethodInfo(Method.MIRRORED, "tensorflow", Launcher.LOCAL,
-               "tf.distribute.MirroredStrategy: Keras on all GPUs of one machine",
-               None, False),
+               "tf.distribute.MirroredStrategy: Keras on all GPUs of one machine (or N logical CPU devices)",
+               "paratrain.strategies.mirrored:MirroredStrategy", False),
     MethodInfo(Method.MULTIWORKER, "tensorflow", Launcher.TFCONFIG,
-               "tf.distribute.MultiWorkerMirroredStrategy: Keras across processes or machines",
-               None, True),
+               "tf.distribute.MultiWorkerMirroredStrategy: Keras across processes or machines (TF_CONFIG)",
+               "paratrain.strategies.multiworker:MultiWorkerStrategy", True),
 ]
 REGISTRY: Mapping[Method, MethodInfo] = {e.method: e for e in _ENTRIES}
 

@@ -35,6 +35,10 @@ class Workload:
     steps: int
     lr: float
     tokens_per_sample: int | None = None  # for tokens/s; None when samples are not token sequences
+    # SGD with this momentum instead of AdamW. The mlp uses it because its Keras twin must train identically:
+    # Keras' Adam adds epsilon to sqrt(v) before bias correction and torch's after, which alone moves the curves
+    # apart by 7e-4 in 60 steps; torch's and Keras' momentum SGD are the same arithmetic.
+    momentum: float | None = None
     options: dict[str, Any] | None = None
 
 

@@ -53,4 +53,4 @@ def build(width: int = 512, depth: int | None = None, seed: int = 0) -> Built:
 
 
 WORKLOAD = Workload("mlp", "MLP classifier on the 8×8 digits set (1,797 images)", build,
-                    global_batch=128, steps=120, lr=1e-3)
+                    global_batch=128, steps=120, lr=0.05, momentum=0.9)

@@ -47,7 +47,11 @@ def main(argv: list[str] | None = None) -> None:
     size = {k: v for k, v in (("width", args.width), ("depth", args.depth)) if v is not None}
     built = workload.build(**size)
     session = pt.Session(per_rank_batch=args.per_rank_batch or None)  # None: as paratrain run says
-    optimizer = torch.optim.AdamW(built.model.parameters(), lr=args.lr or workload.lr)
+    lr = args.lr or workload.lr
+    if workload.momentum is not None:
+        optimizer = torch.optim.SGD(built.model.parameters(), lr=lr, momentum=workload.momentum)
+    else:
+        optimizer = torch.optim.AdamW(built.model.parameters(), lr=lr)
     loader = DataLoader(built.train, batch_size=args.batch_size or workload.global_batch, shuffle=True)
     model, optimizer, loader = session.prepare(built.model, optimizer, loader)
     loss = torch.zeros(())

@@ -1,0 +1,294 @@
+"""Launching the TensorFlow methods: ``mirrored`` as one process, ``multiworker`` as one process per worker with
+its ``TF_CONFIG``.
+
+TensorFlow has no launcher of its own (a cluster manager is expected to start the workers), so this module is that
+manager: it writes each worker's cluster spec — free local ports on one machine; across machines the nodes swap
+their workers' addresses through a ``torch.distributed.TCPStore`` at ``--master`` — starts the workers through
+paratrain's worker (one-line errors, the same failure notes as torchrun's ranks) and supervises them. It fills the
+gaps measured in TensorFlow's own behaviour:
+
+- a worker that dies makes its peers fail only after seconds (2-12 s here), and a peer stopped by SIGTERM may
+  ignore it: the first failure stops every worker at once (SIGTERM, then SIGKILL after a grace period), and the
+  error names the worker;
+- a worker that never joins (its port taken, its node never started) leaves the others waiting in silence for
+  minutes: scripts using ``paratrain.tf`` note when they start waiting and when everybody has joined, and a job
+  that has not formed by the start-up deadline (``--rendezvous-timeout``, default 120 s) is stopped with the
+  workers that never joined named. Ports fixed by ``multiworker:port=N`` are checked before anything starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from paratrain.errors import ConfigError, LaunchError
+
+if TYPE_CHECKING:
+    from paratrain.launcher.config import RunConfig
+    from paratrain.launcher.plan import LaunchPlan
+
+START_DEADLINE_S = 120
+GRACE_S = 3
+POLL_S = 0.1
+TF_CONFIG_VAR = "PARATRAIN_TF_CONFIG_JSON"  # the plan's whole cluster spec; each worker gets its own TF_CONFIG
+
+
+def gpu_count() -> int:
+    from paratrain.devices.inventory import collect
+
+    return len(collect().gpus)
+
+
+def build(config: RunConfig, cls: Any, options: Any, env: dict[str, str], script: str, spec: str) -> LaunchPlan:
+    """The plan of a TensorFlow launch (see the module docstring)."""
+    from paratrain.launcher.plan import LaunchPlan
+    from paratrain.launcher.threads import choose_threads
+
+    method = str(cls.method)
+    gpus = gpu_count()
+    nproc = check(config, method, gpus)
+    processes = 1 if method == "mirrored" else nproc
+    threads = choose_threads(processes, gpus=gpus, requested=config.threads)
+    env.update({"PARATRAIN_NPROC": str(nproc), "OMP_NUM_THREADS": str(threads.threads),
+                "TF_NUM_INTRAOP_THREADS": str(threads.threads)})
+    if not config.verbose:
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
+    if method == "multiworker":
+        # Keras 3's fit fails under MultiWorkerMirroredStrategy (keras-team/keras#20585); tf_keras works.
+        env.setdefault("TF_USE_LEGACY_KERAS", os.environ.get("TF_USE_LEGACY_KERAS", "1"))
+        port = getattr(options, "port", None)
+        env[TF_CONFIG_VAR] = json.dumps(cluster(config, nproc, port))
+    argv = [sys.executable, "-m", "paratrain.launcher.worker", script, *config.args]
+    from paratrain.strategies.base import Launcher
+
+    # Both TensorFlow methods are started and supervised here (mirrored: one process holding all the replicas).
+    return LaunchPlan(config, spec, Launcher.TFCONFIG, processes, env, argv, threads, {"replicas": nproc})
+
+
+def check(config: RunConfig, method: str, gpus: int) -> int:
+    """What the TensorFlow methods cannot take from paratrain's flags; returns replicas (mirrored) or workers."""
+    given = {k: v for k, v in config.train_options().items() if v is not None}
+    if given:
+        flags = ", ".join("--" + k.replace("_", "-") for k in sorted(given))
+        raise ConfigError(f"{flags}: training options of the PyTorch Session, which a Keras script does not use",
+                          hint="set precision, clipping and accumulation in Keras (compile(), the optimizer)")
+    if config.max_restarts:
+        raise ConfigError("--max-restarts is torchrun's; a TensorFlow job resumes with Keras' BackupAndRestore",
+                          hint="pass --checkpoint-dir DIR (ptf.callbacks() adds BackupAndRestore) and run it again")
+    if config.stall_timeout:
+        raise ConfigError("--stall-timeout watches Session steps; it does not apply to a Keras script",
+                          hint="drop --stall-timeout; --timeout bounds each TensorFlow collective")
+    if method == "mirrored" and (config.nnodes > 1 or config.master):
+        raise ConfigError("mirrored runs in one process on one machine, so --nnodes/--master cannot be honoured",
+                          hint="use --strategy multiworker --nnodes N --master HOST:PORT across machines")
+    nproc = config.nproc or (gpus if gpus else 2)
+    if gpus and nproc > gpus:
+        raise ConfigError(f"--nproc {nproc} asks for more {'replicas' if method == 'mirrored' else 'workers'} "
+                          f"than the {gpus} visible GPUs", hint=f"use --nproc {gpus} or fewer")
+    return nproc
+
+
+def _free_ports(count: int) -> list[int]:
+    socks = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind(("", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def _check_free(ports: list[int]) -> None:
+    for index, port in enumerate(ports):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("", port))
+            except OSError:
+                raise LaunchError(f"port {port} for worker {index} is already in use on this machine",
+                                  hint="choose other ports with multiworker:port=N (workers take N, N+1, ...), or "
+                                       "drop the option for free ones") from None
+
+
+def _local_address(master: str) -> str:
+    """This machine's address as the other nodes reach it (the interface towards the master; no packet sent)."""
+    host = master.rpartition(":")[0]
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        try:
+            s.connect((socket.gethostbyname(host), 9))
+            return s.getsockname()[0]
+        except OSError:
+            return socket.gethostname()
+
+
+def cluster(config: RunConfig, nproc: int, base_port: int | None) -> list[str]:
+    """Every worker's host:port, in rank order (node by node)."""
+    ports = list(range(base_port, base_port + nproc)) if base_port else _free_ports(nproc)
+    if base_port:
+        _check_free(ports)
+    if config.nnodes == 1:
+        return [f"localhost:{p}" for p in ports]
+    from datetime import timedelta
+
+    from torch.distributed import TCPStore
+
+    host, _, port = (config.master or "").rpartition(":")
+    if not host or not port.isdigit():
+        raise ConfigError(f"--master {config.master!r} is not HOST:PORT", hint="e.g. --master node0:29500")
+    wait = timedelta(seconds=config.rendezvous_timeout or START_DEADLINE_S)
+    try:
+        store = TCPStore(host, int(port), config.nnodes, config.node_rank == 0, timeout=wait)
+        mine = _local_address(config.master or "")
+        store.set(f"node{config.node_rank}", ",".join(f"{mine}:{p}" for p in ports))
+        keys = [f"node{r}" for r in range(config.nnodes)]
+        store.wait(keys)
+        return [a for k in keys for a in store.get(k).decode().split(",")]
+    except (RuntimeError, OSError) as exc:
+        raise LaunchError(f"node {config.node_rank} could not exchange worker addresses at --master {config.master}: "
+                          f"{str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}",
+                          hint="start every node with the same --master HOST:PORT and --nnodes (HOST:PORT free on "
+                               "node 0, reachable from every node); --rendezvous-timeout sets how long to wait") \
+            from None
+
+
+def worker_envs(plan: LaunchPlan) -> list[dict[str, str]]:
+    """Each local worker's extra environment: its TF_CONFIG and the RANK/WORLD_SIZE contract."""
+    if plan.env.get("PARATRAIN_STRATEGY") == "mirrored":
+        return [{"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}]
+    workers = json.loads(plan.env[TF_CONFIG_VAR])
+    first = plan.config.node_rank * plan.nproc
+    out = []
+    for local in range(plan.nproc):
+        index = first + local
+        spec = {"cluster": {"worker": workers}, "task": {"type": "worker", "index": index}}
+        out.append({"TF_CONFIG": json.dumps(spec), "RANK": str(index), "WORLD_SIZE": str(len(workers)),
+                    "LOCAL_RANK": str(local), "LOCAL_WORLD_SIZE": str(plan.nproc)})
+    return out
+
+
+class _Job:
+    """The worker processes of this node, each in its own process group so a stop reaches what it started."""
+
+    def __init__(self, plan: LaunchPlan) -> None:
+        self.plan = plan
+        self.procs: list[subprocess.Popen] = []
+        self.ranks: list[int] = []
+        self.exited: dict[int, tuple[int, float]] = {}  # rank -> (exit code, when the launcher saw it)
+
+    def start(self) -> None:
+        base = {k: v for k, v in os.environ.items() if k != TF_CONFIG_VAR}
+        for extra in worker_envs(self.plan):
+            self.procs.append(subprocess.Popen(self.plan.argv, env={**base, **extra}, start_new_session=True))
+            self.ranks.append(int(extra["RANK"]))
+
+    def poll(self) -> None:
+        for rank, proc in zip(self.ranks, self.procs, strict=True):
+            if rank not in self.exited and proc.poll() is not None:
+                self.exited[rank] = (proc.returncode, time.time())
+
+    @property
+    def done(self) -> bool:
+        return len(self.exited) == len(self.procs)
+
+    def failed(self) -> list[int]:
+        return sorted((r for r, (code, _) in self.exited.items() if code != 0), key=lambda r: self.exited[r][1])
+
+    def stop(self, first: int = signal.SIGTERM) -> None:
+        """SIGTERM (or the given signal) to every worker still running, SIGKILL to those left after the grace."""
+        for sig in (first, signal.SIGKILL):
+            for proc in self.procs:
+                if proc.poll() is None:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.killpg(proc.pid, sig)
+            end = time.time() + GRACE_S
+            while time.time() < end and any(p.poll() is None for p in self.procs):
+                time.sleep(POLL_S)
+        for proc in self.procs:
+            proc.wait()
+        self.poll()
+
+
+def _noted(notes: Path, kind: str) -> dict[int, dict]:
+    from paratrain.launcher import plan as plans
+
+    return {int(n["rank"]): n for n in plans._read_notes(notes, kind)}
+
+
+def run(plan: LaunchPlan, notes: Path) -> None:
+    from paratrain.launcher import plan as plans
+
+    job = _Job(plan)
+    received: list[int] = []
+
+    def on_signal(signum: int, _frame: object) -> None:
+        received.append(signum)
+
+    handlers = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    deadline = plan.config.rendezvous_timeout or START_DEADLINE_S
+    started = time.time()
+    try:
+        job.start()
+        while True:
+            job.poll()
+            if received:
+                job.stop(signal.SIGINT if received[0] == signal.SIGINT else signal.SIGTERM)
+                raise plans.Interrupted(received[0])
+            if job.failed():
+                job.stop()
+                raise _failure(job, notes)
+            if job.done:
+                return
+            waiting, joined = _noted(notes, "waiting"), _noted(notes, "joined")
+            if waiting and len(joined) < len(job.procs) and time.time() - started > deadline:
+                job.stop(signal.SIGKILL)  # a worker waiting for its cluster ignores SIGTERM
+                raise _not_formed(plan, job, waiting, joined, deadline)
+            time.sleep(POLL_S)
+    finally:
+        for sig, handler in handlers.items():
+            with contextlib.suppress(ValueError, TypeError):
+                signal.signal(sig, handler)
+
+
+def _not_formed(plan: LaunchPlan, job: _Job, waiting: dict, joined: dict, deadline: float) -> LaunchError:
+    missing = [r for r in job.ranks if r not in waiting]
+    if missing:
+        what = f"worker(s) {', '.join(map(str, missing))} never reached ptf.strategy()"
+    elif plan.config.nnodes > 1:
+        what = "the workers on the other node(s) never joined"
+    else:
+        what = "the workers started but could not connect to each other"
+    return LaunchError(f"the multiworker job did not form within the {deadline:g} s start-up deadline: {what}; every "
+                       "worker paratrain started was stopped",
+                       hint="check that every node was started with the same --nnodes/--master and that the workers' "
+                            "ports are reachable; --rendezvous-timeout sets the deadline", exit_code=1)
+
+
+def _failure(job: _Job, notes: Path) -> LaunchError:
+    from paratrain.launcher import plan as plans
+
+    failed = job.failed()
+    noted = plans.first_noted(notes)
+    first = failed[0]
+    code = job.exited[first][0]
+    if code >= 0 and noted is not None:  # the earliest of the workers' own notes: the cause, not an echo of it
+        own = int(noted.get("code", 1))
+        return LaunchError(f"worker {noted['rank']} failed first (exit code {own}): {noted['error']}; the other "
+                           "workers were stopped", exit_code=own)
+    exit_code = plans._exit_code(code)
+    what = f"exit code {exit_code}"
+    if code < 0:
+        what += f", {plans._signal_text(-code, plans._finished(notes, first))}"
+    return LaunchError(f"worker {first} failed first ({what}); the other workers were stopped", exit_code=exit_code)
+
+
+__all__ = ["build", "check", "cluster", "run", "worker_envs"]
