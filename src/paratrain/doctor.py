@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from importlib import metadata
 
 from paratrain.strategies import registry
+from paratrain.strategies._tensorflow import tf_keras_fix
 
 CHECK_TIMEOUT_S = 20.0
 
@@ -78,6 +79,20 @@ print(json.dumps({"controllers": [n for n, f in (("MPI", hvd.mpi_built), ("Gloo"
                   "ops": [n for n, f in (("NCCL", hvd.nccl_built), ("DDL", hvd.ddl_built), ("CCL", hvd.ccl_built),
                                          ("MPI", hvd.mpi_built), ("Gloo", hvd.gloo_built)) if f()],
                   "torch": built}))
+"""
+
+# TensorFlow's Keras (3, or tf_keras for multiworker fit) and the devices it sees; quiet: TF logs to stderr at import.
+_TF_PROBE = """
+import json, os
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+import importlib.metadata as m, tensorflow as tf
+def v(d):
+    try:
+        return m.version(d)
+    except m.PackageNotFoundError:
+        return None
+print(json.dumps({"keras": v("keras"), "tf_keras": v("tf-keras"),
+                  "devices": {k: len(tf.config.list_physical_devices(k)) for k in ("CPU", "GPU")}}))
 """
 
 # DeepSpeed picks its accelerator at import (DS_ACCELERATOR, else what it detects); on CPU its communication op is
@@ -148,8 +163,18 @@ def backend_components(timeout: float = CHECK_TIMEOUT_S) -> list[Component]:
     else:  # `pip install horovod` fails on current torch and CMake: paratrain builds a patched wheel
         out.append(Component("Horovod", None, "not installed", "paratrain setup horovod"))
     tf = _dist_version("tensorflow", "tensorflow-cpu")
-    out.append(Component("TensorFlow", tf, "" if tf else "not installed",
-                         "" if tf else _install_fix("mirrored", "tf")))
+    if not tf:
+        out.append(Component("TensorFlow", None, "not installed", _install_fix("mirrored", "tf")))
+        return out
+    info = _probe(_TF_PROBE, timeout)
+    if "error" in info:
+        fix = 'pip install --force-reinstall "paratrain[tf]"'
+        out.append(Component("TensorFlow", tf, f"error: {info['error']}", fix))
+        return out
+    devices = ", ".join(f"{n} {k}" for k, n in info["devices"].items() if n)
+    legacy = f"tf_keras {info['tf_keras']} (multiworker fit)" if info["tf_keras"] else "no tf_keras (multiworker fit)"
+    out.append(Component("TensorFlow", tf, f"Keras {info['keras']}; {legacy}; devices: {devices}",
+                         "" if info["tf_keras"] else tf_keras_fix()))
     return out
 
 

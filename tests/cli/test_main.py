@@ -44,7 +44,7 @@ def test_doctor_json_reports_every_method_and_backend():
     assert methods["ddp"]["status"] == "available" and "gloo" in methods["ddp"]["reason"]
     assert methods["deepspeed"]["status"] == "available"  # make test installs it
     assert methods["horovod"]["status"] == "available"  # make test builds it (paratrain setup horovod)
-    assert methods["mirrored"]["status"] == "not implemented"
+    assert methods["mirrored"]["status"] == "available" and methods["multiworker"]["status"] == "available"
     components = {c["name"]: c for c in report["components"]}
     assert "accelerator: cpu (gloo)" in components["DeepSpeed"]["detail"], components["DeepSpeed"]
     assert components["torch"]["version"].startswith("2.")
@@ -58,15 +58,16 @@ def test_doctor_table_has_fix_commands():
     proc = paratrain("doctor", env={**worker_env(), "COLUMNS": "200"})
     assert proc.returncode == 0
     assert "Methods" in proc.stdout and "Backends" in proc.stdout
-    # No fix is offered for a backend paratrain cannot use yet (its extra would install nothing).
-    assert "TensorFlow" in proc.stdout and "paratrain[tf]" not in proc.stdout
+    # TensorFlow's facts: the Keras it has, tf_keras for multiworker fit, the devices it sees
+    assert "Keras 3." in proc.stdout and "tf_keras 2." in proc.stdout and "CPU" in proc.stdout
 
 
 def test_strategies_lists_names_launchers_and_options():
     rows = json.loads(paratrain("strategies", "--json").stdout)
     by_name = {r["name"]: r for r in rows}
     assert by_name["fsdp"]["launcher"] == "torchrun" and "shard=full|grad_op|none" in by_name["fsdp"]["options"]
-    assert by_name["single"]["implemented"] is True and by_name["mirrored"]["implemented"] is False
+    assert by_name["single"]["implemented"] is True and by_name["mirrored"]["implemented"] is True
+    assert "collective=auto|ring|nccl" in by_name["multiworker"]["options"]
     assert by_name["horovod"]["launcher"] == "horovodrun" and "fp16 = compression=fp16" in by_name["horovod"]["options"]
     assert "zero3 = zero_stage=3" in by_name["deepspeed"]["options"]  # the shorthand users type is listed
 

@@ -43,7 +43,7 @@ CLI_CASES = [
     ("node rank out of range", ["run", "--nnodes", "2", "--node-rank", "2", "--master", "h:1", S], 2,
      ["--node-rank 2 must be between 0 and 1"]),
     ("one-process method with nproc", ["run", "-s", "single", "-n", "2", S], 2, ["runs as one process", "ddp"]),
-    ("method not available", ["run", "-s", "mirrored", S], 2, ["mirrored", "HINT"]),
+    ("method of the other framework", ["run", "-s", "mirrored", S], 2, ["mirrored is a TensorFlow method"]),
     ("checkpoint-every alone", ["run", "--checkpoint-every", "5", S], 2, ["--checkpoint-dir and --checkpoint-every"]),
     ("checkpoint-every zero", ["run", "--checkpoint-dir", "x", "--checkpoint-every", "0", S], 2,
      ["--checkpoint-every 0 must be 1 or more"]),

@@ -177,7 +177,8 @@ def worker_envs(plan: LaunchPlan) -> list[dict[str, str]]:
 
 
 class _Job:
-    """The worker processes of this node, each in its own process group so a stop reaches what it started."""
+    """The worker processes of this node. They stay in the launcher's process group: Ctrl-C in the terminal reaches
+    them as it does under torchrun, and whoever stops the launcher's group (compare's runner) stops them too."""
 
     def __init__(self, plan: LaunchPlan) -> None:
         self.plan = plan
@@ -188,7 +189,7 @@ class _Job:
     def start(self) -> None:
         base = {k: v for k, v in os.environ.items() if k != TF_CONFIG_VAR}
         for extra in worker_envs(self.plan):
-            self.procs.append(subprocess.Popen(self.plan.argv, env={**base, **extra}, start_new_session=True))
+            self.procs.append(subprocess.Popen(self.plan.argv, env={**base, **extra}))
             self.ranks.append(int(extra["RANK"]))
 
     def poll(self) -> None:
@@ -209,7 +210,7 @@ class _Job:
             for proc in self.procs:
                 if proc.poll() is None:
                     with contextlib.suppress(ProcessLookupError):
-                        os.killpg(proc.pid, sig)
+                        proc.send_signal(sig)
             end = time.time() + GRACE_S
             while time.time() < end and any(p.poll() is None for p in self.procs):
                 time.sleep(POLL_S)

@@ -15,7 +15,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from paratrain.distenv import CHECKPOINT_DIR_VAR
+from paratrain.distenv import CHECKPOINT_DIR_VAR, CHECKPOINT_EVERY_VAR
 from paratrain.metrics import MAX_STEPS_VAR, METRICS_VAR, peak_rss_bytes
 from paratrain.tf import strategy as strategies
 
@@ -142,9 +142,10 @@ def log(**values: Any) -> None:
             fh.write(json.dumps({"log": values}) + "\n")
 
 
-def backup_and_restore(directory: str | os.PathLike[str]) -> Any:
-    """Keras' BackupAndRestore: state saved at each epoch end, restored when a killed job is started again."""
-    return keras().callbacks.BackupAndRestore(backup_dir=str(directory))
+def backup_and_restore(directory: str | os.PathLike[str], every: int | None = None) -> Any:
+    """Keras' BackupAndRestore: state saved every ``every`` steps (default: at each epoch end), restored when a
+    killed job is started again (and removed once a fit completes)."""
+    return keras().callbacks.BackupAndRestore(backup_dir=str(directory), save_freq=every or "epoch")
 
 
 def callbacks(global_batch: int, *, samples: int | None = None, max_steps: int | None = None) -> list[Any]:
@@ -159,6 +160,7 @@ def callbacks(global_batch: int, *, samples: int | None = None, max_steps: int |
         limit = os.environ.get(MAX_STEPS_VAR)
         out.append(_recorder_class()(Path(folder), int(limit) if limit else max_steps, global_batch, samples))
     backup = os.environ.get(CHECKPOINT_DIR_VAR)
-    if backup:
-        out.append(backup_and_restore(backup))
+    if backup:  # --checkpoint-dir DIR --checkpoint-every N
+        every = os.environ.get(CHECKPOINT_EVERY_VAR, "")
+        out.append(backup_and_restore(backup, int(every) if every.isdigit() else None))
     return out

@@ -48,7 +48,18 @@ class Manager:
         none yet (a first run)."""
         path = self.latest()
         if path:
-            self._checkpoint.restore(path).expect_partial()
+            status = self._checkpoint.restore(path)
+            try:
+                status.assert_existing_objects_matched()
+            except AssertionError:
+                from paratrain.errors import CheckpointError
+
+                raise CheckpointError(
+                    f"checkpoint {path} does not hold this model's variables (another model, or written by the "
+                    "other Keras: multiworker trains with tf_keras, mirrored and plain runs with Keras 3)",
+                    hint="restore it under the Keras that wrote it: TF_USE_LEGACY_KERAS=1 for a multiworker "
+                         "checkpoint") from None
+            status.expect_partial()  # the optimizer's slots may be absent (a model-only checkpoint)
         return path
 
 

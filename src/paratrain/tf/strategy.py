@@ -126,6 +126,9 @@ def strategy() -> Any:
     if chosen == "mirrored":
         _built = _mirrored(tf)
     elif chosen == "multiworker":
+        from paratrain.launcher.worker import note
+
+        note("waiting", {})  # the launcher's start-up deadline applies from here (the constructor already waits)
         _built = _multiworker(tf)
         _joined(tf, _built)
     else:
@@ -138,7 +141,6 @@ def _joined(tf: Any, strat: Any) -> None:
     exactly the time a missing worker would otherwise leave the others waiting without a word."""
     from paratrain.launcher.worker import note
 
-    note("waiting", {})  # the launcher's start-up deadline applies from here
     total = strat.reduce("SUM", strat.run(tf.function(lambda: tf.constant(1.0))), axis=None)
     if int(total.numpy()) != strat.num_replicas_in_sync:  # pragma: no cover - TensorFlow's own invariant
         raise ConfigError(f"only {int(total.numpy())} of {strat.num_replicas_in_sync} replicas answered")

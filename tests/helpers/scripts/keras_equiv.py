@@ -22,8 +22,15 @@ p.add_argument("--epochs", type=int, default=3)
 p.add_argument("--batch", type=int, default=32)
 p.add_argument("--die-rank", type=int, default=None, help="this worker kills itself (SIGKILL) ...")
 p.add_argument("--die-epoch", type=int, default=1, help="... at the start of this epoch")
+p.add_argument("--ckpt", default=None, help="save a ptf checkpoint here after fit (every worker takes part)")
+p.add_argument("--restore", action="store_true", help="no training: restore the newest --ckpt and write it")
+p.add_argument("--stall-rank", type=int, default=None, help="this worker never reaches ptf.strategy()")
 args = p.parse_args()
 
+if args.stall_rank is not None and int(os.environ.get("RANK", "0")) == args.stall_rank:
+    import time
+
+    time.sleep(3600)
 strategy = ptf.strategy()
 import tensorflow as tf  # noqa: E402 - after the strategy, which must configure devices first
 
@@ -49,9 +56,18 @@ class Die(keras.callbacks.Callback):
             os.kill(os.getpid(), signal.SIGKILL)
 
 
+if args.restore:
+    manager = ptf.checkpoint_manager(tf.train.Checkpoint(model=model), args.ckpt)
+    assert manager.restore_latest(), "no checkpoint to restore"
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    np.savez(out / "weights.npz", *model.get_weights())
+    raise SystemExit(0)
 data = ptf.batched(tf.data.Dataset.from_tensor_slices((x, y)), args.batch)
 history = model.fit(data, epochs=args.epochs, shuffle=False, verbose=0,
                     callbacks=[*ptf.callbacks(args.batch, samples=len(x)), Die()])
+if args.ckpt:
+    ptf.checkpoint_manager(tf.train.Checkpoint(model=model), args.ckpt).save()
 if ptf.is_main():
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,81 @@
+"""The TensorFlow launcher: a dead worker, a taken port and a worker that never joins each end the job in one line."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import pytest
+
+from tests.helpers.keras import KERAS_EQUIV, tf_env, under
+from tests.helpers.launch import paratrain
+from tests.helpers.requirements import requires
+
+pytestmark = [requires("tensorflow", "tf_keras"), pytest.mark.slow, pytest.mark.multiprocess]
+
+
+def test_killed_worker_stops_the_job_and_is_named(tmp_path):
+    start = time.monotonic()
+    proc = under("multiworker", 2, tmp_path / "out", "--die-rank", "0", "--die-epoch", "1", timeout=120)
+    assert proc.returncode == 137, proc.stderr
+    assert "worker 0 failed first (exit code 137, killed by SIGKILL)" in proc.stderr, proc.stderr
+    assert time.monotonic() - start < 60
+
+
+def test_taken_port_is_refused_before_anything_starts(tmp_path):
+    with socket.socket() as held:
+        held.bind(("", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        proc = paratrain("run", "-s", f"multiworker:port={port - 1}", "-n", "2", KERAS_EQUIV, str(tmp_path),
+                         env=tf_env(), timeout=60)
+    assert proc.returncode != 0
+    assert f"port {port} for worker 1 is already in use" in proc.stderr, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_worker_that_never_joins_is_named_at_the_start_up_deadline(tmp_path):
+    start = time.monotonic()
+    proc = under("multiworker", 2, tmp_path / "out", "--stall-rank", "1", flags=("--rendezvous-timeout", "20"),
+                 timeout=120)
+    assert proc.returncode != 0
+    assert "did not form within the 20 s start-up deadline" in proc.stderr, proc.stderr
+    assert "worker(s) 1 never reached ptf.strategy()" in proc.stderr
+    assert time.monotonic() - start < 60
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (("-s", "multiworker", "--max-restarts", "1"), "BackupAndRestore"),
+        (("-s", "mirrored", "--precision", "bf16-mixed"), "--precision: training options of the PyTorch Session"),
+        (("-s", "mirrored", "--nnodes", "2", "--master", "h:1"), "mirrored runs in one process on one machine"),
+        (("-s", "multiworker:collective=gloo",), 'collective="gloo" is not one of auto, ring, nccl'),
+    ],
+)
+def test_what_the_tensorflow_methods_cannot_do_is_refused(flags, message, tmp_path):
+    proc = paratrain("run", *flags, KERAS_EQUIV, str(tmp_path), env=tf_env(), timeout=60)
+    assert proc.returncode == 2, proc.stderr
+    assert message in proc.stderr
+
+
+def test_interrupting_the_launcher_stops_every_worker(tmp_path):
+    out = tmp_path / "interrupted"
+    launcher = subprocess.Popen([sys.executable, "-m", "paratrain.cli.main", "run", "-s", "multiworker", "-n", "2",
+                                 KERAS_EQUIV, str(out), "--epochs", "500"], env=tf_env(), stderr=subprocess.PIPE,
+                                text=True, start_new_session=True)
+    try:
+        time.sleep(15)  # TensorFlow imported, the job formed, training under way
+        launcher.send_signal(signal.SIGINT)
+        _, err = launcher.communicate(timeout=60)
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+    assert launcher.returncode == 130, err
+    assert "interrupted by SIGINT; every process of the job was stopped" in err
+    left = subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True).stdout.split()
+    assert not left, f"workers left running: {left}"
