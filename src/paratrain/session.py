@@ -27,10 +27,9 @@ from paratrain.errors import ConfigError, LaunchError, ParatrainError
 from paratrain.progress import Progress
 from paratrain.resume import AutoCheckpoint
 from paratrain.strategies import _procgroup, registry
-from paratrain.strategies.base import BackwardSyncControl, Launcher, Strategy
+from paratrain.strategies.base import BackwardSyncControl, Strategy
 
 ReduceOp = Literal["mean", "sum", "max", "min"]
-MULTI_PROCESS_LAUNCHERS = (Launcher.TORCHRUN, Launcher.HOROVODRUN)
 
 
 class Session:
@@ -70,7 +69,7 @@ class Session:
         spec = _choose_spec(strategy, self.env)
         cls, options = registry.resolve(spec, self.env.options)
         registry.require_available(cls)
-        if registry.info(cls.method).launcher in MULTI_PROCESS_LAUNCHERS and not self.env.launched:
+        if registry.info(cls.method).multi_process and not self.env.launched:
             script = sys.argv[0] if sys.argv and sys.argv[0] else "train.py"
             raise LaunchError(
                 f"strategy {cls.method} needs one process per rank, but this script was started directly",
@@ -149,7 +148,7 @@ class Session:
                 hint="leave it out of prepare() and call scheduler.step(metric) yourself after evaluating",
             )
         opts = self.options
-        multi = registry.info(self._strategy.method).launcher in MULTI_PROCESS_LAUNCHERS  # one process per device
+        multi = registry.info(self._strategy.method).multi_process  # one process per device
         model = batchnorm.convert(model, multi_process=multi, world_size=self.world_size,
                                   device_type=self.device.type, enabled=opts.sync_batchnorm, is_main=self.is_main,
                                   training=optimizer is not None)

@@ -34,6 +34,7 @@ def test_an_exception_on_a_rank_is_raised_here_with_its_traceback():
     ({"strategy": "single", "nproc": 2}, "single runs as one process"),
     ({"precison": "bf16-mixed"}, 'Did you mean "precision"'),
     ({"strategy": "fsdpp"}, 'unknown strategy "fsdpp"'),
+    ({"strategy": "mirrored"}, "mirrored is a TensorFlow method; paratrain.launch starts PyTorch functions"),
 ])
 def test_bad_arguments_fail_before_any_process_starts(kwargs, needle):
     with pytest.raises(ParatrainError, match=needle):

@@ -9,8 +9,10 @@ import time
 import pytest
 
 from tests.helpers.equivalence import assert_equivalent
+from tests.helpers.keras import KERAS_EQUIV, TOL, diffs, plain, tf_env
 from tests.helpers.launch import ROOT, SESSION_TRAIN, worker_env
 from tests.helpers.netns import two_hosts
+from tests.helpers.requirements import requires
 
 pytestmark = pytest.mark.multiprocess
 STEPS = 60
@@ -62,3 +64,21 @@ def test_node_1_with_a_wrong_master_fails_naming_it(tmp_path):
         _out, err = node.communicate(timeout=120)
     assert node.returncode == 1, err
     assert f"node 1 gave up waiting for node 0 at {wrong}" in err.strip().splitlines()[-1]
+
+
+@pytest.mark.slow
+@requires("tensorflow", "tf_keras")
+def test_multiworker_on_two_hosts_builds_one_cluster_and_trains_the_one_process_model(tmp_path):
+    """TF_CONFIG across nodes: each launcher publishes its workers' addresses at --master and reads the others'."""
+    ref = plain(tmp_path / "plain", "--loss", "mse")
+    with two_hosts() as hosts:
+        master = f"{hosts.addresses[0]}:{_free_port()}"
+        nodes = [subprocess.Popen([*hosts.prefixes[r], sys.executable, "-m", "paratrain.cli.main", "run", "-s",
+                                   "multiworker", "-n", "1", "--nnodes", "2", "--node-rank", str(r), "--master",
+                                   master, KERAS_EQUIV, str(tmp_path / "mw"), "--loss", "mse"],
+                                  cwd=ROOT, env=tf_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for r in (0, 1)]
+        outputs = [n.communicate(timeout=240) for n in nodes]
+    assert [n.returncode for n in nodes] == [0, 0], outputs
+    loss, weight = diffs(ref, tmp_path / "mw")
+    assert loss <= TOL and weight <= TOL, (loss, weight)

@@ -24,6 +24,7 @@ from typing import Any
 from paratrain import options as train_options
 from paratrain.distenv import FAILURES_VAR, NPROC_VAR
 from paratrain.errors import ConfigError, LaunchError
+from paratrain.launcher import notes as notes_
 from paratrain.launcher import plan, worker
 
 NOTEBOOK_FIX = ("put the function in a .py file next to the notebook (a cell can write one with %%writefile "
@@ -74,6 +75,9 @@ def _worker_env(strategy: str, nproc: int, train: dict[str, Any], timeout: float
 
     cls, opts = registry.resolve(strategy)
     registry.require_available(cls)
+    if registry.info(cls.method).framework != "torch":
+        raise ConfigError(f"{cls.method} is a TensorFlow method; paratrain.launch starts PyTorch functions",
+                          hint=f"put the Keras training in a script and run `paratrain run -s {cls.method} script.py`")
     if registry.info(cls.method).launcher is Launcher.LOCAL and nproc != 1:
         raise ConfigError(f"{cls.method} runs as one process, so nproc={nproc} cannot be honoured",
                           hint=f'use strategy="ddp", nproc={nproc} for several processes')
@@ -100,7 +104,7 @@ def _rank_main(fn: Callable[..., Any], args: tuple[Any, ...], env: dict[str, str
         from paratrain.strategies import _procgroup
 
         _procgroup.mark_failing()  # close() must not wait in a barrier for ranks that wait for this one
-        # The same timed failure note `paratrain run`'s workers leave, read back the same way (plan.first_noted).
+        # The same timed failure note `paratrain run`'s workers leave, read back the same way (notes_.first_failure).
         worker.note("failure", {"error": f"{type(exc).__name__}: {exc}",
                                 "traceback": "".join(traceback.format_exception(exc))})
         raise
@@ -160,7 +164,7 @@ def launch(fn: Callable[..., Any], *args: Any, strategy: str = "ddp", nproc: int
             try:
                 results = elastic_launch(config, _rank_main)(fn, args, {**env, FAILURES_VAR: notes}, threads)
             except ChildFailedError as exc:
-                noted = plan.first_noted(Path(notes))
+                noted = notes_.first_failure(Path(notes))
                 if noted is not None:
                     raise RankError(noted["rank"], noted["error"], noted.get("traceback", "")) from None
                 raise _failure(exc) from None

@@ -115,16 +115,17 @@ def run(plan: LaunchPlan, notes: Path) -> None:
 
 
 def _failure(text: str, notes: Path) -> LaunchError:
+    from paratrain.launcher import notes as notes_
     from paratrain.launcher import plan as plans
 
-    noted = plans.first_noted(notes)
+    noted = notes_.first_failure(notes)
     match = _FAILED.search(text)
     code = int(match.group(2)) if match else 1
     if code == 128 + signal.SIGINT:  # Ctrl-C reached every worker: they stopped quietly
         return plans.Interrupted(signal.SIGINT)
-    first = int(match.group(1)) if match else None  # the first process to exit, by horovodrun's whole-second-ish clock
-    notes_of = {n["rank"]: n for n in plans._read_notes(notes, "failure")}
-    if first is not None and first not in notes_of:  # it died without a word (a signal): its peers' notes are echoes
+    exited = int(match.group(1)) if match else None  # the first process to exit, by horovodrun's whole-second-ish clock
+    notes_of = notes_.by_rank(notes, "failure")
+    if exited is not None and exited not in notes_of:  # it died without a word (a signal): its peers' notes are echoes
         noted = None
     if noted is not None:  # the earliest of the workers' own notes (sub-second times): the cause, not its echo
         own = int(noted.get("code", 1))
@@ -133,8 +134,8 @@ def _failure(text: str, notes: Path) -> LaunchError:
         rank = int(match.group(1))
         what = f"exit code {code}"
         if code > 128:
-            what += f", {plans._signal_text(code - 128, plans._finished(notes, rank))}"
+            what += f", {notes_.signal_text(code - 128, notes_.finished(notes, rank))}"
         return LaunchError(f"rank {rank} failed first ({what}); horovodrun stopped the others", exit_code=code)
-    first = text.strip().splitlines()[0] if text.strip() else "horovodrun failed"
-    return LaunchError(f"the horovod job could not start: {first}",
+    said = text.strip().splitlines()[0] if text.strip() else "horovodrun failed"
+    return LaunchError(f"the horovod job could not start: {said}",
                        hint="--start-timeout is --rendezvous-timeout here; `paratrain doctor` checks the install")

@@ -33,6 +33,7 @@ from paratrain.distenv import (
     option_var,
 )
 from paratrain.errors import ConfigError, LaunchError
+from paratrain.launcher import notes as notes_
 from paratrain.launcher.config import RunConfig
 from paratrain.launcher.threads import ThreadChoice, choose_threads, oversubscribed
 from paratrain.launcher.torch_import import load_torch
@@ -70,14 +71,20 @@ class LaunchPlan:
 
     def command_line(self) -> str:
         """What this launch is, as a shell command a user could run themselves."""
-        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(self.env.items()))
+        shown = dict(self.env)
+        note = ""
+        if self.launcher is Launcher.TFCONFIG and "PARATRAIN_TF_CONFIG_JSON" in shown:  # show worker 0's TF_CONFIG
+            workers = json.loads(shown.pop("PARATRAIN_TF_CONFIG_JSON"))
+            shown["TF_CONFIG"] = json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": 0}})
+            note = f"  # worker 0 of {len(workers)}; worker i gets task index i"
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(shown.items()))
         if self.launcher is Launcher.TORCHRUN:
             cmd = [sys.executable, "-m", "torch.distributed.run", *self.argv]
         elif self.launcher is Launcher.HOROVODRUN:
             cmd = [sys.executable, "-m", "horovod.runner.launch", *self.argv]
         else:
             cmd = self.argv
-        return f"{env} {shlex.join(cmd)}".strip()
+        return f"{env} {shlex.join(cmd)}{note}".strip()
 
 
 def _gpu_count() -> int:
@@ -278,10 +285,11 @@ def _run_local(plan: LaunchPlan, notes: Path) -> None:
     if interrupted or code == 128 + signal.SIGINT:
         raise Interrupted(signal.SIGINT)
     if code != 0:
-        what = f"exit code {_exit_code(code)}"
+        what = f"exit code {notes_.exit_code(code)}"
         if code < 0:
-            what += f", {_signal_text(-code, _finished(notes, 0))}"
-        raise LaunchError(f"the {plan.spec} process failed ({what}); its output is above", exit_code=_exit_code(code))
+            what += f", {notes_.signal_text(-code, notes_.finished(notes, 0))}"
+        raise LaunchError(f"the {plan.spec} process failed ({what}); its output is above",
+                          exit_code=notes_.exit_code(code))
 
 
 def _run_torchrun(plan: LaunchPlan, notes: Path) -> None:
@@ -327,38 +335,6 @@ def _rendezvous_failure(config: RunConfig, exc: Exception) -> LaunchError:
                        hint="check --master HOST:PORT (free on node 0, reachable from every node)")
 
 
-def _read_notes(notes: Path, kind: str) -> list[dict]:
-    """The workers' own notes of one kind ("failure", "done") from the last restart attempt."""
-    found = []
-    for file in notes.glob(f"rank*.{kind}.json"):
-        try:
-            found.append(json.loads(file.read_text()))
-        except (OSError, json.JSONDecodeError):
-            continue
-    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
-    last = max((d.get("attempt", 0) for d in found), default=attempt)
-    return [d for d in found if d.get("attempt", 0) == last]
-
-
-def first_noted(notes: Path) -> dict | None:
-    """The earliest failure the workers noted themselves (sub-second times) in the last restart, if any."""
-    found = _read_notes(notes, "failure")
-    return min(found, key=lambda d: d["time"]) if found else None
-
-
-def _finished(notes: Path, rank: int) -> bool:
-    """Had this rank's script already returned normally (so a signal hit it on its way out)?"""
-    return any(d.get("rank") == rank for d in _read_notes(notes, "done"))
-
-
-def _signal_text(signum: int, finished: bool) -> str:
-    try:
-        name = signal.Signals(signum).name
-    except ValueError:
-        name = f"signal {signum}"
-    return f"killed by {name}" + (" after its script had finished" if finished else "")
-
-
 def _raise_first_failure(exc, notes: Path, world_size: int) -> None:
     rank, failure = exc.get_first_failure()
     # torchrun stops the healthy ranks with SIGTERM once one fails: those are never the cause.
@@ -366,11 +342,11 @@ def _raise_first_failure(exc, notes: Path, world_size: int) -> None:
     if causes and rank not in causes:
         rank = min(causes, key=lambda r: (causes[r].timestamp, r))
         failure = causes[rank]
-    noted = first_noted(notes)
+    noted = notes_.first_failure(notes)
     if noted is not None and noted["rank"] in exc.failures:
         rank, failure = noted["rank"], exc.failures[noted["rank"]]
     line = _failure_line(rank, failure, noted["error"] if noted and noted["rank"] == rank else None,
-                         _finished(notes, rank))
+                         notes_.finished(notes, rank))
     hint = None
     lowered = line.lower()
     if "timed out" in lowered:
@@ -389,19 +365,15 @@ def _raise_first_failure(exc, notes: Path, world_size: int) -> None:
         if why:
             line += f" ({why})"
             hint = STALL_HINT
-    raise LaunchError(line, hint=hint, exit_code=_exit_code(failure.exitcode)) from None
-
-
-def _exit_code(code: int) -> int:
-    return 128 - code if code < 0 else code  # killed by signal N -> 128+N, as shells report it
+    raise LaunchError(line, hint=hint, exit_code=notes_.exit_code(failure.exitcode)) from None
 
 
 def _failure_line(rank: int, failure, noted: str | None = None, finished: bool = False) -> str:
-    code = f"exit code {_exit_code(failure.exitcode)}"
+    code = f"exit code {notes_.exit_code(failure.exitcode)}"
     if noted:  # the rank's own note of its error, written before anything could kill it
         return f"rank {rank} failed first ({code}): {noted}"
     if failure.exitcode < 0:  # a signal: name it, whatever torchrun's error file says ("<NONE>" when there is none)
-        return f"rank {rank} failed first ({code}): {_signal_text(-failure.exitcode, finished)}"
+        return f"rank {rank} failed first ({code}): {notes_.signal_text(-failure.exitcode, finished)}"
     data = failure.error_file_data or {}
     message = data.get("message") if isinstance(data, dict) else None
     text = ""

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from paratrain.errors import ConfigError, LaunchError
+from paratrain.launcher import notes as notes_
 
 if TYPE_CHECKING:
     from paratrain.launcher.config import RunConfig
@@ -65,7 +66,7 @@ def build(config: RunConfig, cls: Any, options: Any, env: dict[str, str], script
         # Keras 3's fit fails under MultiWorkerMirroredStrategy (keras-team/keras#20585); tf_keras works.
         env.setdefault("TF_USE_LEGACY_KERAS", os.environ.get("TF_USE_LEGACY_KERAS", "1"))
         port = getattr(options, "port", None)
-        env[TF_CONFIG_VAR] = json.dumps(cluster(config, nproc, port))
+        env[TF_CONFIG_VAR] = json.dumps(local_workers(config, nproc, port))  # all nodes' once run() exchanged
     argv = [sys.executable, "-m", "paratrain.launcher.worker", script, *config.args]
     from paratrain.strategies.base import Launcher
 
@@ -131,13 +132,18 @@ def _local_address(master: str) -> str:
             return socket.gethostname()
 
 
-def cluster(config: RunConfig, nproc: int, base_port: int | None) -> list[str]:
-    """Every worker's host:port, in rank order (node by node)."""
+def local_workers(config: RunConfig, nproc: int, base_port: int | None) -> list[str]:
+    """This node's workers' host:port (free ports unless ``port=`` fixed them; fixed ones are checked)."""
     ports = list(range(base_port, base_port + nproc)) if base_port else _free_ports(nproc)
     if base_port:
         _check_free(ports)
-    if config.nnodes == 1:
-        return [f"localhost:{p}" for p in ports]
+    host = "localhost" if config.nnodes == 1 else _local_address(config.master or "")
+    return [f"{host}:{p}" for p in ports]
+
+
+def exchange(config: RunConfig, mine: list[str]) -> list[str]:
+    """Every worker's host:port in rank order, node by node: each node's launcher publishes its own at --master
+    (a TCPStore that node 0 hosts) and reads the others'. Node 0 keeps the store up until every node has read."""
     from datetime import timedelta
 
     from torch.distributed import TCPStore
@@ -145,20 +151,24 @@ def cluster(config: RunConfig, nproc: int, base_port: int | None) -> list[str]:
     host, _, port = (config.master or "").rpartition(":")
     if not host or not port.isdigit():
         raise ConfigError(f"--master {config.master!r} is not HOST:PORT", hint="e.g. --master node0:29500")
-    wait = timedelta(seconds=config.rendezvous_timeout or START_DEADLINE_S)
+    wait = config.rendezvous_timeout or START_DEADLINE_S
     try:
-        store = TCPStore(host, int(port), config.nnodes, config.node_rank == 0, timeout=wait)
-        mine = _local_address(config.master or "")
-        store.set(f"node{config.node_rank}", ",".join(f"{mine}:{p}" for p in ports))
+        store = TCPStore(host, int(port), config.nnodes, config.node_rank == 0, timeout=timedelta(seconds=wait))
+        store.set(f"node{config.node_rank}", ",".join(mine))
         keys = [f"node{r}" for r in range(config.nnodes)]
         store.wait(keys)
-        return [a for k in keys for a in store.get(k).decode().split(",")]
+        workers = [a for k in keys for a in store.get(k).decode().split(",")]
+        store.add("read", 1)
+        end = time.time() + wait
+        while config.node_rank == 0 and store.add("read", 0) < config.nnodes and time.time() < end:
+            time.sleep(POLL_S)
+        return workers
     except (RuntimeError, OSError) as exc:
+        said = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise LaunchError(f"node {config.node_rank} could not exchange worker addresses at --master {config.master}: "
-                          f"{str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__}",
-                          hint="start every node with the same --master HOST:PORT and --nnodes (HOST:PORT free on "
-                               "node 0, reachable from every node); --rendezvous-timeout sets how long to wait") \
-            from None
+                          f"{said}", hint="start every node with the same --master HOST:PORT and --nnodes (HOST:PORT "
+                                          "free on node 0, reachable from every node); --rendezvous-timeout sets how "
+                                          "long to wait") from None
 
 
 def worker_envs(plan: LaunchPlan) -> list[dict[str, str]]:
@@ -219,15 +229,14 @@ class _Job:
         self.poll()
 
 
-def _noted(notes: Path, kind: str) -> dict[int, dict]:
-    from paratrain.launcher import plan as plans
-
-    return {int(n["rank"]): n for n in plans._read_notes(notes, kind)}
-
-
 def run(plan: LaunchPlan, notes: Path) -> None:
     from paratrain.launcher import plan as plans
 
+    if plan.config.nnodes > 1 and TF_CONFIG_VAR in plan.env:  # before any worker exists: Ctrl-C just stops here
+        try:
+            plan.env[TF_CONFIG_VAR] = json.dumps(exchange(plan.config, json.loads(plan.env[TF_CONFIG_VAR])))
+        except KeyboardInterrupt:
+            raise plans.Interrupted(signal.SIGINT) from None
     job = _Job(plan)
     received: list[int] = []
 
@@ -249,7 +258,7 @@ def run(plan: LaunchPlan, notes: Path) -> None:
                 raise _failure(job, notes)
             if job.done:
                 return
-            waiting, joined = _noted(notes, "waiting"), _noted(notes, "joined")
+            waiting, joined = notes_.by_rank(notes, "waiting"), notes_.by_rank(notes, "joined")
             if waiting and len(joined) < len(job.procs) and time.time() - started > deadline:
                 job.stop(signal.SIGKILL)  # a worker waiting for its cluster ignores SIGTERM
                 raise _not_formed(plan, job, waiting, joined, deadline)
@@ -275,21 +284,19 @@ def _not_formed(plan: LaunchPlan, job: _Job, waiting: dict, joined: dict, deadli
 
 
 def _failure(job: _Job, notes: Path) -> LaunchError:
-    from paratrain.launcher import plan as plans
-
     failed = job.failed()
-    noted = plans.first_noted(notes)
+    noted = notes_.first_failure(notes)
     first = failed[0]
     code = job.exited[first][0]
     if code >= 0 and noted is not None:  # the earliest of the workers' own notes: the cause, not an echo of it
         own = int(noted.get("code", 1))
         return LaunchError(f"worker {noted['rank']} failed first (exit code {own}): {noted['error']}; the other "
                            "workers were stopped", exit_code=own)
-    exit_code = plans._exit_code(code)
+    exit_code = notes_.exit_code(code)
     what = f"exit code {exit_code}"
     if code < 0:
-        what += f", {plans._signal_text(-code, plans._finished(notes, first))}"
+        what += f", {notes_.signal_text(-code, notes_.finished(notes, first))}"
     return LaunchError(f"worker {first} failed first ({what}); the other workers were stopped", exit_code=exit_code)
 
 
-__all__ = ["build", "check", "cluster", "run", "worker_envs"]
+__all__ = ["build", "check", "exchange", "local_workers", "run", "worker_envs"]

@@ -105,7 +105,7 @@ def _recorder_class() -> type:
             if not self._state_written:
                 self._write_state()
             self._pending.append({"step": self._step, "t": time.time(), "dt": now - self._last, "loss": loss,
-                                  "samples": size // self._world, "phases": {}})
+                                  "samples": size // self._world})  # no phases: Keras does not time them
             if self._max_steps and self._step >= self._max_steps:
                 self.model.stop_training = True
 
