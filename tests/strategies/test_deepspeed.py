@@ -77,7 +77,7 @@ def test_compare_cells_are_exact_and_count_the_engines_state(tmp_path):
     assert {cells[k]["param_count"] for k in keys.values()} == {cells["single×1"]["param_count"]}  # ZeRO-3 too
     # what the engine holds (master copies, partitions, flat buffers — not model.parameters()) is what `advise`
     # predicts from DeepSpeed's layouts, to a few scalars (step counter, gradient norm, overflow flag)
-    spec, plan = models.from_bundled("mlp"), memory.Plan(ranks=2, optimizer="adamw")
+    spec, plan = models.from_bundled("mlp"), memory.Plan(ranks=2, optimizer="sgd-momentum")  # the mlp's optimizer
     for stage, key in keys.items():
         predicted = memory.rank_memory(spec, get(f"deepspeed:zero{stage}").sharding, plan, rank=0)
         if stage == 1:  # advise counts ZeRO-1's whole gradients, held through backward; at the step only the
