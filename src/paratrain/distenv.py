@@ -16,6 +16,7 @@ STRATEGY_VAR = "PARATRAIN_STRATEGY"
 TIMEOUT_VAR = "PARATRAIN_TIMEOUT"
 LOCAL_RANK_ARG_VAR = "PARATRAIN_LOCAL_RANK_ARG"  # "1": the worker appends --local_rank=N (the deepspeed launcher's way)
 NPROC_VAR = "PARATRAIN_NPROC"
+TF_CONFIG_VAR = "PARATRAIN_TF_CONFIG_JSON"  # multiworker: every worker's host:port; each worker gets its TF_CONFIG
 FAILURES_VAR = "PARATRAIN_FAILURES"  # folder of the workers' notes for the launcher (failures, progress, done)
 CHECKPOINT_DIR_VAR = "PARATRAIN_CHECKPOINT_DIR"
 CHECKPOINT_EVERY_VAR = "PARATRAIN_CHECKPOINT_EVERY"
@@ -23,7 +24,7 @@ KEEP_VAR = "PARATRAIN_KEEP"
 # Variables that are paratrain's own settings rather than method options.
 RESERVED = {
     STRATEGY_VAR, TIMEOUT_VAR, NPROC_VAR, FAILURES_VAR, "PARATRAIN_HOME", "PARATRAIN_DEBUG", "PARATRAIN_METRICS",
-    CHECKPOINT_DIR_VAR, CHECKPOINT_EVERY_VAR, KEEP_VAR, "PARATRAIN_TRAIN",  # paratrain.options.TRAIN_VAR
+    CHECKPOINT_DIR_VAR, CHECKPOINT_EVERY_VAR, KEEP_VAR, TF_CONFIG_VAR, "PARATRAIN_TRAIN",  # paratrain.options.TRAIN_VAR
     "PARATRAIN_MAX_STEPS", "PARATRAIN_PROFILE",  # paratrain.metrics: compare's measuring settings
 }
 

@@ -29,6 +29,7 @@ from paratrain.distenv import (
     KEEP_VAR,
     NPROC_VAR,
     STRATEGY_VAR,
+    TF_CONFIG_VAR,
     TIMEOUT_VAR,
     option_var,
 )
@@ -73,8 +74,8 @@ class LaunchPlan:
         """What this launch is, as a shell command a user could run themselves."""
         shown = dict(self.env)
         note = ""
-        if self.launcher is Launcher.TFCONFIG and "PARATRAIN_TF_CONFIG_JSON" in shown:  # show worker 0's TF_CONFIG
-            workers = json.loads(shown.pop("PARATRAIN_TF_CONFIG_JSON"))
+        if self.launcher is Launcher.TFCONFIG and TF_CONFIG_VAR in shown:  # show worker 0's TF_CONFIG
+            workers = json.loads(shown.pop(TF_CONFIG_VAR))
             shown["TF_CONFIG"] = json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": 0}})
             note = f"  # worker 0 of {len(workers)}; worker i gets task index i"
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in sorted(shown.items()))
@@ -106,17 +107,26 @@ def _check_compiles(script: Path) -> None:
                           hint="paratrain run starts Python training scripts; check the path and the file") from None
 
 
+def address_towards(host: str) -> str | None:
+    """This machine's address on the route to ``host`` (no packet is sent), or None when there is no route."""
+    import socket
+
+    try:
+        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+            sock.connect((socket.gethostbyname(host), 9))
+            return sock.getsockname()[0]
+    except OSError:
+        return None
+
+
 def _interface_towards(host: str) -> str | None:
     """The network interface this machine would use to reach ``host`` (no packet is sent), or None."""
     import socket
 
     import psutil
 
-    try:
-        with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
-            sock.connect((socket.gethostbyname(host), 9))
-            local = sock.getsockname()[0]
-    except OSError:
+    local = address_towards(host)
+    if local is None:
         return None
     for name, addrs in psutil.net_if_addrs().items():
         if any(a.family == socket.AF_INET and a.address == local for a in addrs):

@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from paratrain.distenv import NPROC_VAR, STRATEGY_VAR, TF_CONFIG_VAR
 from paratrain.errors import ConfigError, LaunchError
 from paratrain.launcher import notes as notes_
 
@@ -39,7 +40,6 @@ if TYPE_CHECKING:
 START_DEADLINE_S = 120
 GRACE_S = 3
 POLL_S = 0.1
-TF_CONFIG_VAR = "PARATRAIN_TF_CONFIG_JSON"  # the plan's whole cluster spec; each worker gets its own TF_CONFIG
 
 
 def gpu_count() -> int:
@@ -58,7 +58,7 @@ def build(config: RunConfig, cls: Any, options: Any, env: dict[str, str], script
     nproc = check(config, method, gpus)
     processes = 1 if method == "mirrored" else nproc
     threads = choose_threads(processes, gpus=gpus, requested=config.threads)
-    env.update({"PARATRAIN_NPROC": str(nproc), "OMP_NUM_THREADS": str(threads.threads),
+    env.update({NPROC_VAR: str(nproc), "OMP_NUM_THREADS": str(threads.threads),
                 "TF_NUM_INTRAOP_THREADS": str(threads.threads)})
     if not config.verbose:
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
@@ -122,14 +122,10 @@ def _check_free(ports: list[int]) -> None:
 
 
 def _local_address(master: str) -> str:
-    """This machine's address as the other nodes reach it (the interface towards the master; no packet sent)."""
-    host = master.rpartition(":")[0]
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
-        try:
-            s.connect((socket.gethostbyname(host), 9))
-            return s.getsockname()[0]
-        except OSError:
-            return socket.gethostname()
+    """This machine's address as the other nodes reach it (on the route towards the master)."""
+    from paratrain.launcher.plan import address_towards
+
+    return address_towards(master.rpartition(":")[0]) or socket.gethostname()
 
 
 def local_workers(config: RunConfig, nproc: int, base_port: int | None) -> list[str]:
@@ -173,7 +169,7 @@ def exchange(config: RunConfig, mine: list[str]) -> list[str]:
 
 def worker_envs(plan: LaunchPlan) -> list[dict[str, str]]:
     """Each local worker's extra environment: its TF_CONFIG and the RANK/WORLD_SIZE contract."""
-    if plan.env.get("PARATRAIN_STRATEGY") == "mirrored":
+    if plan.env.get(STRATEGY_VAR) == "mirrored":
         return [{"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}]
     workers = json.loads(plan.env[TF_CONFIG_VAR])
     first = plan.config.node_rank * plan.nproc
