@@ -2,6 +2,7 @@
 
 - A test that leaks launcher environment variables or leaves a live process group fails (each would silently
   change the next test's behaviour).
+- No test reads or writes the user's ~/.paratrain (a temporary PARATRAIN_HOME for the whole session).
 - Under CI=true, a test skipped because a backend that `make test` installs is missing becomes a failure: a
   broken install must never look like a green run.
 """
@@ -20,6 +21,19 @@ WATCHED = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT", "TO
 
 def _snapshot() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k in WATCHED or k.startswith("PARATRAIN_")}
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _private_home(tmp_path_factory):
+    """Every test, and every process it starts, keeps its compare history in a temporary home: the suite must never
+    write pytest's runs into the user's own ~/.paratrain/history.db, nor let advise read the user's history."""
+    old = os.environ.get("PARATRAIN_HOME")
+    os.environ["PARATRAIN_HOME"] = str(tmp_path_factory.mktemp("paratrain-home"))
+    yield
+    if old is None:
+        os.environ.pop("PARATRAIN_HOME", None)
+    else:
+        os.environ["PARATRAIN_HOME"] = old
 
 
 @pytest.fixture(autouse=True)

@@ -45,15 +45,24 @@ def _eligible(results: dict, key: str) -> bool:
     ("--model bn", "ddp×2", "fsdp×2", "BatchNorm2d ×2 normalise each rank's slice of the batch"),
 ], ids=["conv", "dropout", "batchnorm"])
 def test_noise_floor_verdict_separates_noise_from_a_different_training(tmp_path, model, good, broken, cause):
+    """dropout and bn differ from one process by construction; conv only by float order, which some machines keep
+    (then the verdict must be exact). The broken method is a different training everywhere."""
+    order_only = "conv" in model
     broken_method = broken.split("×")[0]
     results = _compare(tmp_path, f"{model} --broken {broken_method}")
     cells = _cells(results)
     assert all(c["status"] == "ok" for c in cells.values()), cells
     assert set(results["floors"]) == {"float_order-2", "seed"}
     assert all(f["status"] == "ok" for f in results["floors"].values())
-    assert cells[good]["loss_max_abs_diff"] > 1e-5  # the exact test alone would reject it
-    assert cells[good]["equivalence"] == "within_noise", cells[good]["equivalence_reason"]
-    assert any(cause in c for c in cells[good]["equivalence_causes"]), cells[good]["equivalence_causes"]
+    if order_only and cells[good]["loss_max_abs_diff"] <= 1e-5:
+        # Whether splitting the batch changes a convolution's float sums is the CPU's and its kernels' business
+        # (a 2-core EPYC stayed within 1.8e-7): then the exact test applies, and must say so.
+        assert cells[good]["equivalence"] == "exact", cells[good]["equivalence_reason"]
+        assert cells[good]["equivalence_causes"] == []
+    else:
+        assert cells[good]["loss_max_abs_diff"] > 1e-5  # by construction (randomness, statistics) or float order
+        assert cells[good]["equivalence"] == "within_noise", cells[good]["equivalence_reason"]
+        assert any(cause in c for c in cells[good]["equivalence_causes"]), cells[good]["equivalence_causes"]
     assert _eligible(results, good)
     assert cells[broken]["equivalence"] == "not_equivalent", cells[broken]["equivalence_reason"]
     assert not _eligible(results, broken)

@@ -16,7 +16,8 @@ SESSION_TRAIN = EXAMPLES / "session_train.py"
 
 
 def worker_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PARATRAIN_")}
+    # The suite's private history home travels; every other PARATRAIN_* setting is the test's to give.
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PARATRAIN_") or k == "PARATRAIN_HOME"}
     env.update({"OMP_NUM_THREADS": "1", "PYTHONUNBUFFERED": "1"})
     env.update(extra)
     return env

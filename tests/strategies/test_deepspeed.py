@@ -73,7 +73,7 @@ def test_compare_cells_are_exact_and_count_the_engines_state(tmp_path):
                            timeout=600))
     cells = {c["key"]: c for c in json.loads(proc.stdout)["cells"]}
     assert all(c["status"] == "ok" and c["equivalence"] == "exact" for c in cells.values()), cells
-    keys = {1: "deepspeed:zero_stage=1×2", 2: "deepspeed×2", 3: "deepspeed:zero_stage=3×2"}
+    keys = {1: "deepspeed:zero1×2", 2: "deepspeed:zero2×2", 3: "deepspeed:zero3×2"}  # as written
     assert {cells[k]["param_count"] for k in keys.values()} == {cells["single×1"]["param_count"]}  # ZeRO-3 too
     # what the engine holds (master copies, partitions, flat buffers — not model.parameters()) is what `advise`
     # predicts from DeepSpeed's layouts, to a few scalars (step counter, gradient norm, overflow flag)

@@ -38,3 +38,20 @@ def test_unimplemented_method_is_a_clear_error_not_a_crash():
     assert not planned.implemented
     with pytest.raises(StrategyUnavailableError, match="not implemented"):
         planned.load()
+
+
+def test_a_file_option_is_the_users_file_wherever_it_is_read(tmp_path, monkeypatch):
+    """deepspeed:config=ds.json names a file in the folder the user typed it in; a compare cell or worker that runs
+    in another folder must read that one."""
+    (tmp_path / "ds.json").write_text("{}")
+    monkeypatch.chdir(tmp_path)
+    _, opts = registry.resolve("deepspeed:zero1,config=ds.json")
+    assert opts.config == str(tmp_path / "ds.json")
+    monkeypatch.chdir("/")
+    assert registry.resolve(f"deepspeed:zero1,config={opts.config}")[1] == opts
+
+
+def test_a_list_of_specs_keeps_each_methods_options_together():
+    assert registry.split_specs("single, deepspeed:zero2,config=ds.json,ddp,fsdp:shard=grad_op,offload") == [
+        "single", "deepspeed:zero2,config=ds.json", "ddp", "fsdp:shard=grad_op,offload"]
+    assert registry.split_specs("ddp,fdsp") == ["ddp", "fdsp"]  # a typo stays a spec of its own, to be named

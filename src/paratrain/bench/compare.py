@@ -73,14 +73,17 @@ class CompareSettings:
             raise ConfigError(f'--scaling "{self.scaling}" must be strong or weak')
         if self.script is not None and not Path(self.script).is_file():
             raise ConfigError(f"script {self.script} does not exist", hint="give the path of a Session-based script")
+        if self.script is not None:
+            _config_file()  # its checkpoint_dir is refused here, before anything is written
 
 
 @dataclass
 class Cell:
     spec: CellSpec | None
-    strategy: str
+    strategy: str  # as the user wrote it (deepspeed:zero1): what the table, plots and keys show
     nproc: int
     reason: str = ""  # why it cannot run, for unavailable cells
+    normalized: str = ""  # the canonical spelling (deepspeed:zero_stage=1), for code that compares methods
 
     @property
     def key(self) -> str:
@@ -99,7 +102,7 @@ def _workload(settings: CompareSettings) -> Workload | None:
 def _script_args(settings: CompareSettings) -> tuple[str, list[str]]:
     workload = _workload(settings)
     if workload is None:  # absolute: each cell runs in its own working directory
-        return str(Path(str(settings.script)).resolve()), list(settings.script_args)
+        return str(Path(str(settings.script)).resolve()), absolute_inputs(settings.script_args)
     args = ["--workload", workload.name, "--steps", str(settings.steps or workload.steps)]
     if settings.scaling == "weak":
         args += ["--per-rank-batch"]
@@ -109,6 +112,36 @@ def _script_args(settings: CompareSettings) -> tuple[str, list[str]]:
     return WORKLOAD_SCRIPT, args
 
 
+def absolute_inputs(args: list[str]) -> list[str]:
+    """The script's arguments with every one that names an existing file or folder (``data.csv``,
+    ``--data=data/``) made absolute, so the script reads what the user meant from the cell's own working directory.
+    A path that does not exist yet is an output, and stays relative: it lands in the cell's folder, where one
+    method's checkpoints cannot be resumed by the next."""
+    out = []
+    for arg in args:
+        flag, eq, value = arg.partition("=") if arg.startswith("-") else ("", "", arg)
+        if value and not Path(value).is_absolute() and Path(value).exists():
+            value = str(Path(value).resolve())
+        out.append(f"{flag}{eq}{value}")
+    return out
+
+
+def _config_file() -> Path | None:
+    """The paratrain.toml of the folder compare was started from. Its checkpoint_dir must be relative: each cell
+    then writes its own checkpoints in its own folder; an absolute one would let every cell resume the one before."""
+    file = Path(DEFAULT_CONFIG)
+    if not file.is_file():
+        return None
+    from paratrain.launcher.config import load_config
+
+    folder = load_config(str(file)).get("checkpoint_dir")
+    if folder and Path(str(folder)).expanduser().is_absolute():
+        raise ConfigError(f"{file.resolve()} sets checkpoint_dir = {folder!r}: every compare cell would write and "
+                          "resume the same checkpoints", hint="make it relative (each cell then keeps its own "
+                          "under its folder), or remove it for the comparison")
+    return file.resolve()
+
+
 def _run_flags(settings: CompareSettings) -> list[str]:
     """`paratrain run` flags every cell gets: the precision; for a user's script, weak scaling through the per-rank
     batch, and the paratrain.toml of the folder compare was started from (cells run elsewhere)."""
@@ -116,8 +149,9 @@ def _run_flags(settings: CompareSettings) -> list[str]:
     if settings.script:
         if settings.scaling == "weak":
             flags += ["--per-rank-batch"]
-        if Path(DEFAULT_CONFIG).is_file():
-            flags += ["--config", str(Path(DEFAULT_CONFIG).resolve())]
+        config = _config_file()
+        if config is not None:
+            flags += ["--config", str(config)]
     return flags
 
 
@@ -174,14 +208,15 @@ def plan_cells(settings: CompareSettings) -> list[Cell]:
         normalized = format_spec(cls.method, options)
         if not avail.ok:
             fix = f" (fix: {avail.fix})" if avail.fix else ""
-            cells.append(Cell(None, normalized, settings.nproc[0], avail.reason + fix))
+            cells.append(Cell(None, spec, settings.nproc[0], avail.reason + fix, normalized))
             continue
         # mirrored's --nproc is its replica count; the other one-process methods run once
         sizes = [1] if entry.launcher is Launcher.LOCAL and entry.framework == "torch" else settings.nproc
         run_script = KERAS_SCRIPT if entry.framework == "tensorflow" and not settings.script else script
         flags = _run_flags(settings) if entry.framework == "torch" else []
         for n in sizes:
-            cells.append(Cell(CellSpec(normalized, n, run_script, args, flags, _max_steps(settings)), normalized, n))
+            cells.append(Cell(CellSpec(normalized, n, run_script, args, flags, _max_steps(settings)), spec, n,
+                              normalized=normalized))
     if not any(c.spec for c in cells):
         raise ConfigError("none of the requested methods can run here", hint="see `paratrain doctor`")
     return cells
@@ -244,8 +279,8 @@ def run_compare(settings: CompareSettings, out_dir: Path, progress: Progress | N
                 runs.append(run_cell(cell.spec, folder, warmup=settings.warmup, timeout=settings.timeout,
                                      tokens_per_sample=tokens, progress=tick,
                                      profile_steps=_profile_steps(settings, total)))
-            row = {"key": cell.key, "strategy": cell.strategy, "nproc": cell.nproc, "framework": _framework(cell),
-                   **_median_run(runs)}
+            row = {"key": cell.key, "strategy": cell.strategy, "spec": cell.normalized, "nproc": cell.nproc,
+                   "framework": _framework(cell), **_median_run(runs)}
             results["cells"].append(row)
             say(cell.key, row["status"], row)
         finalize(results)
@@ -287,7 +322,8 @@ def _framework(cell: Cell) -> str:
 
 
 def _unavailable(cell: Cell) -> dict[str, Any]:
-    return {"key": cell.key, "strategy": cell.strategy, "nproc": cell.nproc, "status": "unavailable",
+    return {"key": cell.key, "strategy": cell.strategy, "spec": cell.normalized or cell.strategy,
+            "nproc": cell.nproc, "status": "unavailable",
             "error": cell.reason, "log": None, "framework": _framework(cell)}
 
 

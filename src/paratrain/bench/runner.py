@@ -58,6 +58,9 @@ def _stop(proc: subprocess.Popen) -> None:
 def run_cell(spec: CellSpec, folder: Path, *, warmup: int, timeout: float, tokens_per_sample: int | None = None,
              progress: Callable[[int], None] | None = None, profile_steps: int = 0) -> dict[str, Any]:
     """Run one cell to completion (or failure) and return its measurements."""
+    # Absolute before anything else: the cell runs in its own working directory, and every path it is handed
+    # (where to write metrics, above all) must still point here.
+    folder = folder.resolve()
     shutil.rmtree(folder, ignore_errors=True)  # a re-used --out must not mix in an older run's records
     folder.mkdir(parents=True)
     metrics_dir = folder / "metrics"

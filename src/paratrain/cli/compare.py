@@ -30,6 +30,11 @@ Examples:
   paratrain compare --full           # also the CNN (BatchNorm, dropout) and the small GPT
   paratrain compare --strategies ddp,fsdp:shard=grad_op --nproc 1,2,4
   paratrain compare --script train.py --script-args "--lr 3e-4"
+
+Each cell runs in its own folder under --out; --out, --db, --script, a method's config file and any
+--script-args that name an existing file or folder are taken from the current directory.
+Exit status: 0 when at least one cell finished (failed cells are listed), 1 when no cell finished,
+2 for bad input, 130 when interrupted.
 """
 
 
@@ -80,9 +85,9 @@ def _out_dir(out: str | None, workload: str) -> Path:
         if folder.exists() and any(folder.iterdir()) and not ours:
             raise ConfigError(f"{folder} is not empty and holds no paratrain results; refusing to write into it",
                               hint="choose a new --out folder")
-        return folder
+        return folder.resolve()  # cells run in folders of their own: every path they are given is absolute
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return Path("runs") / f"compare-{workload}-{stamp}"
+    return (Path("runs") / f"compare-{workload}-{stamp}").resolve()
 
 
 def _writable(folder: Path) -> None:
@@ -105,7 +110,8 @@ def compare(
     script: str = typer.Option(None, "--script", help="Measure your own Session-based script instead."),
     script_args: str = typer.Option("", "--script-args", help='Arguments for --script, quoted: "--lr 3e-4".'),
     strategies: str = typer.Option(None, "--strategies", "-s",
-                                   help="Comma-separated method specs (default: every torch method)."),
+                                   help="Comma-separated method specs, options included: "
+                                        "single,ddp,deepspeed:zero3,offload (default: every method)."),
     nproc: str = typer.Option("1,2", "--nproc", "-n", help="World sizes to try, comma-separated."),
     steps: int = typer.Option(None, "--steps", help="Optimizer steps per cell (default: the workload's)."),
     warmup: int = typer.Option(5, "--warmup", help="Steps left out of the timing."),
@@ -143,7 +149,7 @@ def compare(
         if (sweep_key == "width" and width) or (sweep_key == "depth" and depth):
             raise ConfigError(f"--sweep {sweep_key}=… and --{sweep_key} both set the {sweep_key}: give one")
     plan = [(name, value) for name in workloads for value in sweep_values]
-    specs = [s.strip() for s in strategies.split(",") if s.strip()] if strategies else None
+    specs = registry.split_specs(strategies) if strategies else None
     for spec in specs or []:
         registry.resolve(spec)  # a typo is one line now, not after an empty live table
     all_results = []
@@ -170,7 +176,7 @@ def compare(
             with live.live:
                 results = run_compare(settings, folder, live.update)
         paths = report.write_outputs(results, folder)
-        store.save_run(results, folder, Path(db) if db else None)
+        store.save_run(results, folder, Path(db).expanduser().resolve() if db else None)
         all_results.append(results)
         if not json_out:
             console.out.print(report.results_table(results))
@@ -190,7 +196,22 @@ def compare(
     if interrupted:
         console.err.print("paratrain: interrupted — finished cells were kept in the report above")
         return 130
+    _nothing_measured(all_results)
     return 0
+
+
+def _nothing_measured(all_results: list[dict]) -> None:
+    """Exit 1 (with the last line saying so) when a comparison measured no cell at all: a report of failures only
+    must not read as success to a script or CI job. Some cells failing while others finished is still exit 0."""
+    from paratrain.errors import LaunchError
+
+    empty = [r for r in all_results if not any(c.get("status") == "ok" for c in r["cells"])]
+    if empty:
+        cells = [c for r in empty for c in r["cells"]]
+        failed = sum(c.get("status") not in ("ok", "unavailable") for c in cells)
+        raise LaunchError(f"no cell finished ({failed} failed, {len(cells) - failed} unavailable): nothing was "
+                          f"measured in {', '.join(r['id'] for r in empty)}",
+                          hint="each cell's reason is listed above; its full output is in cells/<cell>/run1/log.txt")
 
 
 def register(app: typer.Typer) -> None:

@@ -13,6 +13,7 @@ import typing
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from paratrain.errors import ConfigError, UnknownStrategyError, did_you_mean
@@ -74,6 +75,9 @@ class StrategyOptions:
 
     shorthands: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
     moved: ClassVar[Mapping[str, str]] = {}  # former option -> what says it now (a training option, say)
+    # Options that name a file. They are made absolute where the spec is parsed, in the user's current directory:
+    # a compare cell or a worker may run elsewhere, and must read the file the user meant.
+    paths: ClassVar[frozenset[str]] = frozenset()
 
     @classmethod
     def field_names(cls) -> list[str]:
@@ -86,13 +90,15 @@ class StrategyOptions:
         kwargs: dict[str, Any] = {}
         for key, text in values.items():
             _check_moved(method, cls, key)
-            if key not in hints or key in ("shorthands", "moved"):
+            if key not in hints or key in ("shorthands", "moved", "paths"):
                 allowed = ", ".join(cls.field_names()) or "none"
                 raise UnknownStrategyError(
                     f'{method} has no option "{key}" (options: {allowed}).{did_you_mean(key, cls.field_names())}',
                     hint=f"see `paratrain strategies` for the options of {method}",
                 )
             kwargs[key] = _convert(method, key, text, hints[key])
+            if key in cls.paths and kwargs[key] is not None:
+                kwargs[key] = str(Path(kwargs[key]).expanduser().resolve())
         try:
             return cls(**kwargs)
         except (TypeError, ValueError) as exc:

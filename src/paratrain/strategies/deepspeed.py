@@ -37,6 +37,7 @@ class DeepSpeedOptions(StrategyOptions):
 
     shorthands: ClassVar[Mapping[str, Mapping[str, Any]]] = {
         **{f"zero{i}": {"zero_stage": i} for i in range(4)}, "offload": {"offload": "optimizer"}}
+    paths: ClassVar[frozenset[str]] = frozenset({"config"})
 
     def __post_init__(self) -> None:
         if self.zero_stage not in (0, 1, 2, 3):

@@ -80,6 +80,22 @@ def names() -> list[str]:
     return [m.value for m in REGISTRY]
 
 
+def split_specs(text: str) -> list[str]:
+    """``"single,deepspeed:zero2,config=ds.json"`` -> ``["single", "deepspeed:zero2,config=ds.json"]``: a method's
+    options are comma-separated too, so a piece that does not start with a method name continues the spec before
+    it."""
+    specs: list[str] = []
+    for piece in (p.strip() for p in text.split(",")):
+        if not piece:
+            continue
+        starts_method = piece.partition(":")[0] in names()
+        if specs and not starts_method and ":" in specs[-1]:
+            specs[-1] += f",{piece}"
+        else:
+            specs.append(piece)
+    return specs
+
+
 def info(name: str | Method) -> MethodInfo:
     try:
         return REGISTRY[Method(name)]
