@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.bench.sample_results import sample_results
+from tests.bench.sample_results import many_cells_results, noisy_base_results, sample_results
 
 pytest.importorskip("matplotlib")
 
-from paratrain.bench import plots
+from paratrain.bench import plots, plots_explain
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -52,3 +52,51 @@ def test_loss_curves_log_scale_only_for_positive_losses(tmp_path, monkeypatch):
     _assert_png(plots.plot_loss_curves(negative, tmp_path))
     assert scales == ["log", "linear"]
     assert plt.get_fignums() == []
+
+
+def _clashes(texts, renderer):
+    """Pairs of visible, non-empty texts whose drawn boxes overlap (by more than a rounding error)."""
+    boxes = [(t.get_text(), t.get_window_extent(renderer)) for t in texts if t.get_visible() and t.get_text()]
+    return [(a, b) for i, (a, x) in enumerate(boxes) for b, y in boxes[i + 1:]
+            if min(x.x1, y.x1) - max(x.x0, y.x0) > 0.5 and min(x.y1, y.y1) - max(x.y0, y.y0) > 0.5]
+
+
+@pytest.mark.parametrize(("build", "values"), [(plots._throughput_figure, 16), (plots._step_times_figure, 0),
+                                               (plots._memory_figure, 32), (plots_explain._breakdown_figure, 0)])
+def test_sixteen_cells_leave_no_label_on_another(build, values):
+    import matplotlib.pyplot as plt
+
+    results = many_cells_results()
+    assert len(results["cells"]) == 16
+    fig = build(results)
+    try:
+        fig.canvas.draw()
+        renderer = fig.canvas.get_renderer()
+        shown = []
+        for ax in fig.axes:
+            ticks = [t for t in ax.get_xticklabels() if t.get_visible() and t.get_text()]
+            assert _clashes(ticks, renderer) == []
+            bar_values = [t for t in ax.texts if t.get_gid() == plots.VALUE and t.get_visible() and t.get_text()]
+            assert _clashes(bar_values, renderer) == []
+            shown += bar_values
+            for text in ticks + bar_values:  # nothing cut off at the edge of the PNG
+                box = text.get_window_extent(renderer)
+                assert fig.bbox.x0 <= box.x0 and box.x1 <= fig.bbox.x1 and fig.bbox.y0 <= box.y0
+            for text in bar_values:  # values inside their axes, under the title
+                assert text.get_window_extent(renderer).y1 <= ax.get_window_extent(renderer).y1
+        labels = {t.get_text().replace("\n", "") for ax in fig.axes for t in ax.get_xticklabels() if t.get_text()}
+        assert labels <= {c[k] for c in results["cells"] for k in ("key", "strategy")} and len(labels) >= 10
+        assert len(shown) == values  # every bar's (memory: every cell's) value is written, none dropped
+    finally:
+        plt.close(fig)
+
+
+def test_an_unreliable_efficiency_is_ringed_and_named_on_the_scaling_plot():
+    import matplotlib.pyplot as plt
+
+    fig = plots_explain._scaling_figure(noisy_base_results())  # fsdp×2 at 312 % against a noisy fsdp×1
+    try:
+        assert [t.get_text() for t in fig.axes[1].texts] == ["unreliable"]
+        assert fig.axes[1].texts[0].xy == (2, pytest.approx(312.5))
+    finally:
+        plt.close(fig)

@@ -10,7 +10,7 @@ from rich.console import Console
 
 from paratrain.bench import report
 from paratrain.bench.report import diff_markdown, diff_rows, diff_table, recommend, results_table, write_outputs
-from tests.bench.sample_results import sample_results
+from tests.bench.sample_results import noisy_base_results, sample_results
 
 
 def _render(renderable) -> str:
@@ -218,3 +218,63 @@ def test_repeat_spread_makes_a_tie_and_says_so():
     assert any("ddp×2 measured 1.1× single×1, within run-to-run noise (±15 %, the widest spread --repeat measured): "
                "a tie" in line for line in rec["lines"])
     assert recommend(sample_results())["winner"] == "ddp×2"  # without the spread, 10 % is a real difference
+
+
+def _timed(key, median_s, p90_s, eff=None, nproc=1):
+    return {"key": key, "nproc": nproc, "step_time_median_s": median_s, "step_time_p90_s": p90_s,
+            "scaling_efficiency": eff}
+
+
+def test_efficiency_note_says_why_an_efficiency_is_not_to_be_trusted():
+    quiet, noisy = _timed("fsdp×1", 0.10, 0.11), _timed("fsdp×1", 0.10, 0.40)
+    assert report.efficiency_note(_timed("fsdp×2", 0.06, 0.07, 0.85, 2), quiet) is None
+    assert report.efficiency_note(_timed("fsdp×2", 0.02, 0.03, 3.13, 2), noisy) == (
+        "unreliable: above 100 % — the 1-process base fsdp×1 was noisy (p90 step 4.0× its median), so its "
+        "throughput is likely understated")
+    # Above 100 % on a quiet base is still not believed, and says what it suggests instead.
+    assert report.efficiency_note(_timed("fsdp×2", 0.04, 0.05, 1.2, 2), quiet) == (
+        "unreliable: above 100 % — 2 processes should not each run faster than fsdp×1 alone, so fsdp×1 was probably "
+        "measured slow")
+    assert report.efficiency_note(_timed("fsdp×2", 0.06, 0.07, 0.8, 2), noisy) == (
+        "unreliable: the 1-process base fsdp×1 was noisy (p90 step 4.0× its median), so its throughput is likely "
+        "understated, and this efficiency overstated")
+    assert report.efficiency_note(noisy | {"scaling_efficiency": 1.0}, noisy) is None  # its own base
+    assert report.efficiency_note(_timed("fsdp×2", 0.06, 0.07, None, 2), noisy) is None  # not measured
+
+
+def test_efficiency_base_is_the_same_method_on_one_process_else_the_reference():
+    results = noisy_base_results()
+    cells = {c["key"]: c for c in results["cells"]}
+    assert report.efficiency_base(cells["fsdp×2"], results)["key"] == "fsdp×1"
+    del results["cells"][4]  # no fsdp×1: compare.finalize measured fsdp×2 against single×1
+    assert report.efficiency_base(cells["fsdp×2"], results)["key"] == "single×1"
+
+
+def test_an_unreliable_efficiency_is_flagged_everywhere_and_never_cited_as_a_merit(tmp_path):
+    results = noisy_base_results()  # fsdp×2 wins at 312 %, measured against a noisy fsdp×1
+    why = ("312 % as measured, is unreliable: above 100 % — the 1-process base fsdp×1 was noisy (p90 step 4.0× its "
+           "median), so its throughput is likely understated.")
+    lines = recommend(results)["lines"]
+    assert lines[0].startswith("Use fsdp×2: 2,000 samples/s, 2× single×1 throughput, 12 % of step time")
+    assert "312 % scaling efficiency" not in lines[0] and lines[0].endswith(f"Its scaling efficiency, {why}")
+    assert "ddp×2: equal loss but 0.95× fsdp×2 speed at this size, 95 % scaling efficiency." in lines
+    assert any(line.startswith("fsdp×1's steps were noisy (p90 step 4.0× its median)") for line in lines)
+    table = results_table(results)
+    assert list(table.columns[report.EFF_COLUMN].cells)[:2] == ["[yellow]312 % (unreliable)[/]", "95 %"]
+    assert "Scaling eff of fsdp×2, 312 %, is unreliable: above 100 % — the 1-process base fsdp×1 was noisy" in (
+        _render(table))
+    paths = write_outputs(results, tmp_path)
+    md = paths["report"].read_text()
+    assert "| 312 % (unreliable) |" in md and "Scaling eff of fsdp×2, 312 %, is unreliable: above 100 %" in md
+    saved = {c["key"]: c for c in json.loads(paths["json"].read_text())["cells"]}
+    assert saved["fsdp×2"]["scaling_efficiency_note"].startswith("unreliable: above 100 %")
+    assert saved["ddp×2"]["scaling_efficiency_note"] is None
+    with paths["csv"].open(newline="") as fh:
+        row = next(r for r in csv.DictReader(fh) if r["key"] == "fsdp×2")
+    assert row["scaling_efficiency_note"].startswith("unreliable: above 100 %")
+
+
+def test_a_quiet_comparison_has_no_efficiency_caveat():
+    results = sample_results()
+    assert not any("unreliable" in line or "noisy" in line for line in recommend(results)["lines"])
+    assert "unreliable" not in _render(results_table(results))

@@ -7,37 +7,49 @@ from pathlib import Path
 from typing import Any
 
 from paratrain.bench.explain import PARTS
-from paratrain.bench.plots import FIGSIZE, _empty, _ok_cells, _pyplot, _save
+from paratrain.bench.plots import FIGSIZE, _empty, _layout, _legend, _ok_cells, _pyplot, _save, _width
+from paratrain.bench.report import efficiency_base, efficiency_note
 
 
-def plot_breakdown(results: dict[str, Any], out_dir: Path) -> Path:
-    """One bar per cell, stacked: compute, exposed communication, data, optimizer, other (ms per step)."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=FIGSIZE)
+def _breakdown_figure(results: dict[str, Any]) -> Any:
     cells = [c for c in _ok_cells(results) if c.get("breakdown")]
+    fig, ax = _pyplot().subplots(figsize=(_width(len(cells)), FIGSIZE[1]))
     if cells:
         bottoms = [0.0] * len(cells)
         for key, label in PARTS:
             heights = [(c["breakdown"].get(key) or 0.0) * 1e3 for c in cells]
             ax.bar(range(len(cells)), heights, 0.6, bottom=bottoms, label=label)
             bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
-        ax.set_xticks(range(len(cells)), [c["key"] for c in cells], rotation=15 if len(cells) > 4 else 0)
+        ax.set_xticks(range(len(cells)), [c["key"] for c in cells])
         ax.set_ylabel("ms per step (median)")
-        ax.legend(fontsize=8)
+        _legend(ax)
     else:
         _empty(ax, "no breakdown recorded")
     ax.set_title("Where each step's time goes")
-    return _save(fig, plt, Path(out_dir) / "breakdown.png")
+    return _layout(fig)
+
+
+def plot_breakdown(results: dict[str, Any], out_dir: Path) -> Path:
+    """One bar per cell, stacked: compute, exposed communication, data, optimizer, other (ms per step)."""
+    return _save(_breakdown_figure(results), _pyplot(), Path(out_dir) / "breakdown.png")
 
 
 def world_sizes(results: dict[str, Any]) -> list[int]:
     return sorted({c["nproc"] for c in _ok_cells(results) if c.get("samples_per_s")})
 
 
-def plot_scaling(results: dict[str, Any], out_dir: Path) -> Path:
-    """Throughput and scaling efficiency against world size, per method; the ideal is N × one process of it."""
-    plt = _pyplot()
-    fig, (left, right) = plt.subplots(1, 2, figsize=(FIGSIZE[0] * 1.4, FIGSIZE[1]))
+def _mark_unreliable(ax: Any, cells: list[dict[str, Any]], colour: str) -> None:
+    """Hollow rings around efficiencies the report calls unreliable (above 100 %, or a noisy base): a point
+    drawn like the others would be read as a measurement."""
+    ax.scatter([c["nproc"] for c in cells], [c["scaling_efficiency"] * 100 for c in cells], s=160,
+               facecolors="none", edgecolors=colour, linewidths=1.5)
+    for c in cells:
+        ax.annotate("unreliable", (c["nproc"], c["scaling_efficiency"] * 100), xytext=(-10, -14),
+                    textcoords="offset points", ha="right", fontsize=8, color=colour)
+
+
+def _scaling_figure(results: dict[str, Any]) -> Any:
+    fig, (left, right) = _pyplot().subplots(1, 2, figsize=(FIGSIZE[0] * 1.4, FIGSIZE[1]))
     cells = [c for c in _ok_cells(results) if c.get("samples_per_s")]
     sizes = world_sizes(results)
     ref = next((c for c in cells if c["key"] == results.get("reference")), None)
@@ -47,7 +59,9 @@ def plot_scaling(results: dict[str, Any], out_dir: Path) -> Path:
             continue
         left.plot([c["nproc"] for c in mine], [c["samples_per_s"] for c in mine], marker="o", label=method)
         effs = [(c["nproc"], c["scaling_efficiency"]) for c in mine if c.get("scaling_efficiency") is not None]
-        right.plot([n for n, _ in effs], [e * 100 for _, e in effs], marker="o", label=method)
+        line = right.plot([n for n, _ in effs], [e * 100 for _, e in effs], marker="o", label=method)[0]
+        _mark_unreliable(right, [c for c in mine if efficiency_note(c, efficiency_base(c, results))],
+                         line.get_color())
         over = [c for c in mine if c.get("oversubscribed")]
         left.scatter([c["nproc"] for c in over], [c["samples_per_s"] for c in over], marker="x", s=80, color="red",
                      label="oversubscribed" if over and method == cells[0]["strategy"] else None)
@@ -58,4 +72,9 @@ def plot_scaling(results: dict[str, Any], out_dir: Path) -> Path:
     right.set(xlabel="processes", ylabel="scaling efficiency %", xticks=sizes, title="Efficiency")
     for ax in (left, right):
         ax.legend(fontsize=8)
-    return _save(fig, plt, Path(out_dir) / "scaling.png")
+    return _layout(fig)
+
+
+def plot_scaling(results: dict[str, Any], out_dir: Path) -> Path:
+    """Throughput and scaling efficiency against world size, per method; the ideal is N × one process of it."""
+    return _save(_scaling_figure(results), _pyplot(), Path(out_dir) / "scaling.png")

@@ -3,7 +3,9 @@
 Why plain words: a table of twelve columns does not say which method to use. :func:`recommend` picks the fastest
 method whose losses match the reference (a faster method that trains a different model is not a speed-up) and
 says why, with the numbers. A cell whose max |Δloss| exceeds :data:`TOLERANCE` is never hidden: it is shown in red
-and called NOT EQUIVALENT everywhere. ``scaling_efficiency`` and ``comm_share`` are fractions (0.95 = 95 %).
+and called NOT EQUIVALENT everywhere. ``scaling_efficiency`` and ``comm_share`` are fractions (0.95 = 95 %). Noise is
+not stated as fact either: an efficiency above 100 %, or one measured against a noisy one-process base, is shown as
+unreliable with the reason (:func:`efficiency_note`) and never cited as a merit.
 """
 
 from __future__ import annotations
@@ -30,8 +32,8 @@ COLUMNS = ("method", "procs × threads", "samples/s", "step ms median/p90", "epo
            "state/rank MiB", "scaling eff", "final loss / quality", "max |Δloss|", "status")
 CSV_FIELDS = ("key", "strategy", "nproc", "status", "samples_per_s", "tokens_per_s", "step_time_median_s",
               "step_time_p90_s", "startup_s", "wall_s", "peak_mem_bytes_max", "peak_mem_kind", "state_bytes_max",
-              "comm_share", "scaling_efficiency", "final_loss", "loss_max_abs_diff", "loss_mean_abs_diff",
-              "equivalent", "equivalence", "epoch_wall_s", "winner",
+              "comm_share", "scaling_efficiency", "scaling_efficiency_note", "final_loss", "loss_max_abs_diff",
+              "loss_mean_abs_diff", "equivalent", "equivalence", "epoch_wall_s", "winner",
               "threads_per_process", "oversubscribed", "error", "log")
 
 
@@ -60,6 +62,66 @@ def _flagged(cell: dict[str, Any]) -> bool:
 
 def _noisy(cell: dict[str, Any]) -> bool:
     return cell.get("equivalence") == "within_noise"
+
+
+NOISY_STEPS = 2.0  # a p90 step this many times the median: the machine was busy, the median itself may be inflated
+
+
+def step_spread(cell: dict[str, Any]) -> float | None:
+    """p90 step time ÷ median: 1.1 on a quiet machine; far above, other load (or a straggler) slowed many steps."""
+    med, p90 = cell.get("step_time_median_s"), cell.get("step_time_p90_s")
+    return p90 / med if med and p90 is not None else None
+
+
+def efficiency_base(cell: dict[str, Any], results: dict[str, Any]) -> dict[str, Any] | None:
+    """The one-process cell ``cell``'s efficiency was measured against, as compare.finalize chose it: the same
+    method on one process, else the reference."""
+    ok = [c for c in results.get("cells") or [] if _sps(c)]
+    same = next((c for c in ok if c.get("strategy") == cell.get("strategy") and c.get("nproc") == 1), None)
+    return same or next((c for c in ok if c["key"] == results.get("reference")), None)
+
+
+def efficiency_note(cell: dict[str, Any], base: dict[str, Any] | None) -> str | None:
+    """Why ``cell``'s scaling efficiency is not to be trusted, or None when it can be.
+
+    Why: efficiency is throughput ÷ (N × the base's throughput), so a base measured slow inflates it. Splitting the
+    work over N processes cannot make each one faster than one process alone (no superlinear effect is expected on
+    CPU), so above 100 % says the base was measured slow; a base whose p90 step is ≥ :data:`NOISY_STEPS`× its median
+    ran on a busy machine, so even an efficiency below 100 % may be overstated.
+    """
+    eff = cell.get("scaling_efficiency")
+    if eff is None or base is None or base is cell or base["key"] == cell["key"]:
+        return None
+    spread = step_spread(base)
+    noisy = (f"the 1-process base {base['key']} was noisy (p90 step {spread:.1f}× its median), so its throughput "
+             "is likely understated" if spread is not None and spread >= NOISY_STEPS else None)
+    if eff > 1:
+        why = noisy or (f"{cell.get('nproc')} processes should not each run faster than {base['key']} alone, so "
+                        f"{base['key']} was probably measured slow")
+        return f"unreliable: above 100 % — {why}"
+    return f"unreliable: {noisy}, and this efficiency overstated" if noisy else None
+
+
+def note_efficiencies(results: dict[str, Any]) -> None:
+    """Store each cell's :func:`efficiency_note` as ``scaling_efficiency_note`` (None: reliable or not measured), so
+    the table, the recommendation and results.json say the same."""
+    for cell in results.get("cells") or []:
+        cell["scaling_efficiency_note"] = efficiency_note(cell, efficiency_base(cell, results)) if _ok(cell) else None
+
+
+def _eff_words(cell: dict[str, Any]) -> str | None:
+    """The efficiency as the recommendation cites it among a cell's numbers; None for one process, when not
+    measured, and when unreliable (:func:`_eff_caveat` says so instead: noise is no merit)."""
+    eff = cell.get("scaling_efficiency")
+    if cell.get("nproc", 1) <= 1 or eff is None or cell.get("scaling_efficiency_note"):
+        return None
+    return f"{_pct(eff)} scaling efficiency"
+
+
+def _eff_caveat(cell: dict[str, Any]) -> str:
+    """The sentence a line ends with when its cell's efficiency is unreliable, else nothing."""
+    note = cell.get("scaling_efficiency_note")
+    return f" Its scaling efficiency, {_pct(cell['scaling_efficiency'])} as measured, is {note}." if note else ""
 
 
 def _max(values: list[int | None] | None) -> int | None:
@@ -92,21 +154,26 @@ def _winner_line(win: dict[str, Any], base: dict[str, Any] | None, others: int) 
     parts = [f"{win['samples_per_s']:,.0f} samples/s"]
     if base is not None and base is not win and base.get("samples_per_s"):
         parts.append(f"{_x(win['samples_per_s'] / base['samples_per_s'])} {base['key']} throughput")
-    if win.get("nproc", 1) > 1 and win.get("scaling_efficiency") is not None:
-        parts.append(f"{_pct(win['scaling_efficiency'])} scaling efficiency")
+    if _eff_words(win):
+        parts.append(str(_eff_words(win)))
     if win.get("comm_share") is not None:
         parts.append(f"{_pct(win['comm_share'])} of step time in communication")
     if base is not None and base is not win and _noisy(win):
         parts.append(f"losses within measured noise of {base['key']} ({win['equivalence_reason']})")
     elif base is not None and base is not win and win.get("loss_max_abs_diff") is not None:
         parts.append(f"same losses as {base['key']} (max |Δloss| {win['loss_max_abs_diff']:.1e})")
-    line = f"Use {win['key']}: " + ", ".join(parts) + "."
+    line = f"Use {win['key']}: " + ", ".join(parts) + "." + _eff_caveat(win)
     if base is win and others:
         line += " No parallel method beat one process at this model size: communication costs more than it saves."
     return line
 
 
 def _other_line(cell: dict[str, Any], win: dict[str, Any] | None, ref_key: str | None) -> str:
+    line = _other_words(cell, win, ref_key)
+    return line if _flagged(cell) else line + _eff_caveat(cell)
+
+
+def _other_words(cell: dict[str, Any], win: dict[str, Any] | None, ref_key: str | None) -> str:
     key = cell["key"]
     speed = (f"{_x(cell['samples_per_s'] / win['samples_per_s'])} {win['key']} speed"
              if win and cell.get("samples_per_s") is not None and win.get("samples_per_s") else "speed not measured")
@@ -117,8 +184,7 @@ def _other_line(cell: dict[str, Any], win: dict[str, Any] | None, ref_key: str |
                 "and log.")
     if key == ref_key:
         return f"{key} (the reference): {speed}."
-    eff = cell.get("scaling_efficiency")
-    tail = f", {_pct(eff)} scaling efficiency" if cell.get("nproc", 1) > 1 and eff is not None else ""
+    tail = f", {_eff_words(cell)}" if _eff_words(cell) else ""
     if cell.get("loss_max_abs_diff") is None:
         return f"{key}: {speed}{tail} (losses not compared: no reference)."
     if _noisy(cell):
@@ -172,9 +238,18 @@ def _oversubscribed_line(cell: dict[str, Any], results: dict[str, Any]) -> str:
             f"thread(s){on}): its processes took turns, so its speed says little about a machine with a core each.")
 
 
+def _noisy_steps_line(cell: dict[str, Any]) -> str:
+    return (f"{cell['key']}'s steps were noisy (p90 step {step_spread(cell):.1f}× its median): something slowed many "
+            "of them, so its speed, and every ratio against it, is uncertain; rerun with --repeat 3 on a quiet "
+            "machine.")
+
+
 def recommend(results: dict[str, Any]) -> dict[str, Any]:
     """``{"winner": key or None, "lines": [...]}``: the fastest ok cell whose losses match the reference (or were
-    not compared), and one sentence per cell saying how it compares, grounded in the measured numbers."""
+    not compared), and one sentence per cell saying how it compares, grounded in the measured numbers.
+
+    Also stores each cell's ``scaling_efficiency_note`` (:func:`note_efficiencies`), which the lines rely on."""
+    note_efficiencies(results)
     cells = results.get("cells") or []
     if not cells:
         return {"winner": None, "lines": ["No methods were run, so there is nothing to compare."]}
@@ -206,6 +281,7 @@ def recommend(results: dict[str, Any]) -> dict[str, Any]:
         lines += _memory_lines(ok, win)
     lines += [f"{c['key']} {c.get('status')}: {c.get('error') or 'no reason recorded'}" for c in cells if not _ok(c)]
     lines += [_oversubscribed_line(c, results) for c in ok if c.get("oversubscribed")]
+    lines += [_noisy_steps_line(c) for c in ok if (step_spread(c) or 0.0) >= NOISY_STEPS]
     lines += bound_lines(results, win["key"] if win else None)
     if len(cells) == 1:
         lines.append(f"Only one method ran ({cells[0]['key']}); pass more with --strategies to compare.")
@@ -240,6 +316,7 @@ def _row(cell: dict[str, Any], winner: str | None, ref_key: str | None) -> list[
     mem, state = _max(cell.get("peak_mem_bytes")), _max(cell.get("state_bytes"))
     med, p90 = cell.get("step_time_median_s"), cell.get("step_time_p90_s")
     eff = cell.get("scaling_efficiency")
+    eff_text = DASH if eff is None else _pct(eff) + (" (unreliable)" if cell.get("scaling_efficiency_note") else "")
     return [
         f"{WINNER_MARK} {cell['key']}" if cell["key"] == winner else cell["key"],
         _procs(cell),
@@ -249,7 +326,7 @@ def _row(cell: dict[str, Any], winner: str | None, ref_key: str | None) -> list[
         _num(cell.get("startup_s"), ".1f"),
         _mib(mem) + (" (cuda)" if mem is not None and cell.get("peak_mem_kind") == "cuda" else ""),
         _mib(state, ",.2f"),
-        DASH if eff is None else _pct(eff),
+        eff_text,
         _num(cell.get("final_loss"), ".4g") + _quality(cell),
         _diff_text(cell, ref_key),
     ]
@@ -287,17 +364,31 @@ def _caption(results: dict[str, Any]) -> str:
     return text
 
 
+def _efficiency_footnotes(results: dict[str, Any]) -> list[str]:
+    """One line per unreliable efficiency, under the table: the reason is too long for its column."""
+    return [f"Scaling eff of {c['key']}, {_pct(c['scaling_efficiency'])}, is {c['scaling_efficiency_note']}."
+            for c in ranked(results) if c.get("scaling_efficiency_note")]
+
+
+EFF_COLUMN = COLUMNS.index("scaling eff")
+
+
 def results_table(results: dict[str, Any]) -> Table:
-    """The comparison as a rich Table, fastest first, the winner starred, non-equivalent losses in red."""
+    """The comparison as a rich Table, fastest first, the winner starred, non-equivalent losses in red, unreliable
+    efficiencies in yellow with their reasons in the caption."""
+    note_efficiencies(results)
     winner, ref = _winner_key(results), results.get("reference")
+    caption = "\n".join([_caption(results), *_efficiency_footnotes(results)])
     table = Table(title=f"paratrain compare — {escape(str(results.get('id', '')))}", title_justify="left",
-                  caption=escape(_caption(results)), caption_justify="left", header_style="bold")
+                  caption=escape(caption), caption_justify="left", header_style="bold")
     for name in COLUMNS:
         table.add_column(escape(name), justify="left" if name in ("method", "status") else "right")
     for cell in ranked(results):
         cols = [escape(v) for v in _row(cell, winner, ref)]
         if _flagged(cell):
             cols[-1] = f"[bold red]{cols[-1]}[/]"
+        if cell.get("scaling_efficiency_note"):
+            cols[EFF_COLUMN] = f"[yellow]{cols[EFF_COLUMN]}[/]"
         if cell["key"] == winner:
             cols[0] = f"[bold green]{cols[0]}[/]"
         word, why = _status(cell)
@@ -309,6 +400,7 @@ def results_table(results: dict[str, Any]) -> Table:
 
 def results_markdown(results: dict[str, Any]) -> str:
     """The same table as GitHub markdown; a flagged Δloss reads **… NOT EQUIVALENT** (no colour in markdown)."""
+    note_efficiencies(results)
     winner, ref = _winner_key(results), results.get("reference")
     out = [_md_row(COLUMNS), "|" + "---|" * len(COLUMNS)]
     for cell in ranked(results):
@@ -318,7 +410,8 @@ def results_markdown(results: dict[str, Any]) -> str:
         word, why = _status(cell)
         cols.append(word + (f": {why}" if why else ""))
         out.append(_md_row(cols))
-    return "\n".join(out) + f"\n\n{_caption(results)}\n"
+    notes = "".join(f"\n\n{line}" for line in _efficiency_footnotes(results))
+    return "\n".join(out) + f"\n\n{_caption(results)}{notes}\n"
 
 
 def reproduce_command(results: dict[str, Any]) -> str:
