@@ -61,6 +61,7 @@ def test_history_measurements_are_found_for_the_same_model(compared):
     found = measured.measurements(spec.params, world=2, db=db)
     assert found["single"]["speedup"] == 1.0 and found["ddp"]["nproc"] == 2
     assert found["ddp"]["run"] == results["id"]
+    assert found["ddp"]["device"] == ("gpu" if torch.cuda.is_available() else "cpu")  # where compare really ran
     assert measured.measurements(spec.params + 1, world=2, db=db) == {}  # another model: nothing
     at_one = measured.measurements(spec.params, world=1, db=db)
     assert "ddp" not in at_one and at_one["single"]["speedup"] == 1.0  # ddp×2 says nothing about one GPU

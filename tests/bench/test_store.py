@@ -104,3 +104,16 @@ def test_every_connection_is_closed(db, monkeypatch):
     with pytest.raises(ParatrainError):
         store.load_run("nope", db)
     assert len(opened) == 4 and all(c.closed for c in opened)
+
+
+def test_an_ambiguous_prefix_names_its_matches_on_one_line(tmp_path):
+    path = tmp_path / "history.db"
+    many = [f"compare-mlp-20261202-1540{i:02d}" for i in range(8)]
+    for i, run_id in enumerate(many):
+        store.save_run(sample_results(id=run_id, created=f"2026-12-02T15:40:{i:02d}+00:00"), tmp_path, path)
+    with pytest.raises(ParatrainError) as info:
+        store.load_run("compare-mlp", path)
+    text = info.value.one_line()
+    assert "\n" not in text and "matches 8 runs" in text and "and 3 more" in text
+    assert ", ".join(many[::-1][:5]) in text
+    assert store.load_run("compare-mlp-20261202-154003", path)["id"] == many[3]

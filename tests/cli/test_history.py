@@ -109,3 +109,32 @@ def test_help_explains_the_commands(capsys):
     assert main(["report", "--help"]) == 0
     text = capsys.readouterr().out
     assert "Re-render a past comparison, or compare two" in text and "--out" in text
+
+
+def test_history_ids_survive_a_narrow_terminal_and_work_in_report(monkeypatch, capsys, tmp_path):
+    """What `history` prints in an 80-column terminal is an id (or unique prefix) `report` accepts, for every run."""
+    ids = ["compare-mlp-20261202-154000", "compare-mlp-20261202-154001", "compare-script-20261203-100000"]
+    path = tmp_path / "narrow.db"
+    for i, run_id in enumerate(ids):
+        deep = tmp_path / ("a-rather-long-folder-name-" * 3) / run_id  # a wide out-dir column competes for room
+        store.save_run(sample_results(id=run_id, created=f"2026-12-0{i + 1}T10:00:00+00:00"), deep, path)
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["history", "--db", str(path)]) == 0
+    text = capsys.readouterr().out
+    assert "give it, or a unique prefix of it, to `paratrain report`" in text
+    first_cells = [line.split("│")[1].strip() for line in text.splitlines() if line.count("│") > 2]
+    printed = [cell for cell in first_cells if cell and cell != "run id"]
+    assert sorted(printed) == sorted(ids), text
+    for run_id in printed:
+        assert main(["report", run_id, "--db", str(path), "--json", "--out", str(tmp_path / run_id)]) == 0
+        assert json.loads(capsys.readouterr().out)["id"] == run_id
+
+
+def test_report_takes_a_unique_prefix_and_names_the_ambiguous_matches(db, capsys, tmp_path):
+    assert main(["report", "compare-20261203", "--db", str(db), "--json", "--out", str(tmp_path / "p")]) == 0
+    assert json.loads(capsys.readouterr().out)["id"] == B
+    assert main(["report", "compare-2026120", "--db", str(db)]) == 2
+    line = _error_line(capsys)
+    assert f"matches 2 runs: {B}, {A}" in line and "type more of the id" in line
+    assert main(["report", "zzz", "--db", str(db)]) == 2
+    assert "no run 'zzz' in" in _error_line(capsys)

@@ -1,19 +1,26 @@
 """The comparison table and the ranked choice.
 
 Ranking, in order: a method must fit (and, across nodes, be able to span them); a method ``compare`` has measured
-on this model ranks by what was measured, ahead of estimates; then using every GPU beats using one; then less
+on this model on GPUs ranks by what was measured, ahead of estimates; then using every GPU beats using one; then less
 time on the link per step; then a method this paratrain can run; then the catalogue's order (simplest first).
 Compute per sample is the same under every data-parallel method, so communication is what separates them.
+
+Measurements are evidence only as far as the run could resolve them: methods whose measured speed-ups differ by less
+than that run's noise (``compare``'s tie rule) tie, and a tie is broken by the estimates, saying so, never presented
+as one method being faster. A measurement taken on CPU (gloo) says little about GPUs (this plan is always for GPUs):
+it is set aside, with one note saying where it came from.
 """
 
 from __future__ import annotations
 
+import itertools
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from paratrain.advise import comm, memory
 from paratrain.advise.methods import METHODS, MethodModel
 from paratrain.advise.models import ModelSpec
+from paratrain.bench.report import NOISE
 
 GIB = 1 << 30
 USABLE = 0.9  # of a GPU's memory: the CUDA context, allocator fragmentation and temporaries take the rest
@@ -88,12 +95,94 @@ def _row(model: ModelSpec, m: MethodModel, hw: Hardware, plan: memory.Plan, fram
     return row
 
 
-def _key(row: Row, hw: Hardware, order: int) -> tuple:
+def _key(row: Row, hw: Hardware, order: int, speed: float | None = None) -> tuple:
+    """The sort key; ``speed``: the measured speed-up to rank by (a tie group's fastest, so ties fall through to
+    the estimates)."""
     measured = row.measured is not None
     single_last = row.model.spec == "single" and hw.world > 1
     one_first = hw.world == 1 and row.model.spec != "single"
-    return (not measured, -(row.measured or {}).get("speedup", 0.0), single_last, one_first,
-            round(row.comm_s, 9), not row.model.runnable, order)
+    if speed is None:
+        speed = (row.measured or {}).get("speedup", 0.0)
+    return (not measured, -speed, single_last, one_first, round(row.comm_s, 9), not row.model.runnable, order)
+
+
+KEY_REASONS = {2: "every GPU used before one", 3: "one device before a distributed method on one GPU",
+               4: "less estimated time on the link per step", 5: "a method this paratrain can run",
+               6: "the simpler method"}
+
+
+def _noise(row: Row) -> float:
+    return float((row.measured or {}).get("noise") or NOISE)
+
+
+def _tie_groups(rows: list[Row]) -> list[list[Row]]:
+    """The measured rows, fastest first, grouped into ties the way ``compare`` decides them: a row ties with the
+    group's fastest when its speed-up is within the run's noise of it."""
+    groups: list[list[Row]] = []
+    for row in sorted((r for r in rows if r.measured), key=lambda r: -r.measured["speedup"]):
+        lead = groups[-1][0] if groups else None
+        if lead and row.measured["speedup"] >= lead.measured["speedup"] * (1 - max(_noise(lead), _noise(row))):
+            groups[-1].append(row)
+        else:
+            groups.append([row])
+    return groups
+
+
+def _rank(rows: list[Row], hw: Hardware) -> tuple[list[Row], list[list[Row]]]:
+    """The fitting, usable rows best first, and the measured ties among them (each in ranked order)."""
+    order = {m.spec: i for i, m in enumerate(METHODS)}
+    candidates = [r for r in rows if r.usable and r.fits]
+    groups = _tie_groups(candidates)
+    speed = {id(r): g[0].measured["speedup"] for g in groups for r in g}
+    key = {id(r): _key(r, hw, order[r.model.spec], speed.get(id(r))) for r in candidates}
+    ranked = sorted(candidates, key=lambda r: key[id(r)])
+    ties = [sorted(g, key=lambda r: key[id(r)]) for g in groups if len(g) > 1]
+    return ranked, ties
+
+
+def _names(specs: list[str]) -> str:
+    return specs[0] if len(specs) == 1 else ", ".join(specs[:-1]) + " and " + specs[-1]
+
+
+def _broken_by(a: Row, b: Row, hw: Hardware) -> str:
+    """Which estimate put ``a`` before ``b`` once their measurements tied."""
+    ka, kb = _key(a, hw, 0, 0.0), _key(b, hw, 1, 0.0)
+    index = next(i for i in range(2, len(ka)) if ka[i] != kb[i])
+    if index == 4:
+        return (f"{KEY_REASONS[4]} ({a.model.spec} ≈{_duration(a.comm_s)}, "
+                f"{b.model.spec} ≈{_duration(b.comm_s)} on {hw.link.name})")
+    return KEY_REASONS[index]
+
+
+def _tie_line(group: list[Row], hw: Hardware) -> str:
+    """One sentence: these methods tie on measurement, by how much, and what ranked them."""
+    tie = max(_noise(r) for r in group)
+    within = (f"within the measured spread, ±{tie * 100:.0f} %" if tie > NOISE
+              else f"within run-to-run noise, ±{tie * 100:.0f} %")
+    speeds = ", ".join(f"{r.measured['key']} {r.measured['speedup']:.2f}×" for r in group)
+    how = list(dict.fromkeys(_broken_by(a, b, hw) for a, b in itertools.pairwise(group)))
+    return (f"{_names([r.model.spec for r in group])} tie on measurement ({speeds} single, {within}; "
+            f"run {group[0].measured['run']}); ranked by {', then '.join(how)}.")
+
+
+def _attach(rows: list[Row], measured: dict[str, dict[str, Any]] | None) -> list[dict[str, Any]]:
+    """Give each row its measurement if it was taken on a GPU; return the ones set aside (taken on CPU)."""
+    aside = [{"method": spec, **m} for spec, m in (measured or {}).items() if m.get("device", "gpu") != "gpu"]
+    for row in rows:
+        m = (measured or {}).get(row.model.spec)
+        row.measured = m if m is not None and m.get("device", "gpu") == "gpu" else None
+    return aside
+
+
+def _aside_lines(aside: list[dict[str, Any]]) -> list[str]:
+    """One line per run whose measurements were set aside: where they were taken, and that they were not used."""
+    lines = []
+    for run in dict.fromkeys(m["run"] for m in aside):
+        mine = [m for m in aside if m["run"] == run]
+        where = next((m["where"] for m in mine if "(" in m.get("where", "")), mine[0].get("where") or "CPU")
+        keys = ", ".join(m["key"] for m in mine)
+        lines.append(f"{keys} measured on {where} in run {run}: not used for this GPU plan (ranked by estimates).")
+    return lines
 
 
 def _gib(n: float) -> str:
@@ -104,7 +193,7 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.3g} s" if seconds >= 1 else f"{seconds * 1e3:.3g} ms"
 
 
-def _reason(row: Row, hw: Hardware) -> str:
+def _reason(row: Row, hw: Hardware, tied: list[Row] | None = None) -> str:
     m, mem = row.model, row.memory
     parts = []
     if not row.usable:
@@ -125,8 +214,10 @@ def _reason(row: Row, hw: Hardware) -> str:
                      + f" (≈{_duration(row.comm_s)} on {hw.link.name})")
     parts.append(m.what)
     if row.measured:
+        others = [r.measured["key"] for r in tied or [] if r is not row]
+        tie = f", a tie with {_names(others)} (±{max(map(_noise, tied or [row])) * 100:.0f} %)" if others else ""
         parts.append(f"measured: {row.measured['key']} {row.measured['speedup']:.2f}× single "
-                     f"(run {row.measured['run']})")
+                     f"(run {row.measured['run']}){tie}")
     if not m.runnable:
         parts.append("not runnable by this version of paratrain yet")
     return "; ".join(parts)
@@ -165,11 +256,11 @@ def advise(model: ModelSpec, hw: Hardware, plan: memory.Plan, *, framework: str 
            measured: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """The table and the ranked recommendation, as the documented ``--json`` dict."""
     rows = [_row(model, m, hw, plan, framework) for m in METHODS]
+    aside = _attach(rows, measured)
+    ranked, ties = _rank(rows, hw)
+    tied_with = {id(r): g for g in ties for r in g}
     for row in rows:
-        row.measured = (measured or {}).get(row.model.spec)
-        row.reason = _reason(row, hw)
-    order = {m.spec: i for i, m in enumerate(METHODS)}
-    ranked = sorted((r for r in rows if r.usable and r.fits), key=lambda r: _key(r, hw, order[r.model.spec]))
+        row.reason = _reason(row, hw, tied_with.get(id(row)))
     out: dict[str, Any] = {
         "model": {"name": model.name, "params": model.params, "note": model.note,
                   "shapes_known": model.shapes is not None},
@@ -183,6 +274,9 @@ def advise(model: ModelSpec, hw: Hardware, plan: memory.Plan, *, framework: str 
         "methods": [r.to_json() for r in rows],
         "recommendation": [r.model.spec for r in ranked],
         "reasons": {r.model.spec: r.reason for r in rows},
+        "ties": [[r.model.spec for r in g] for g in ties],
+        "set_aside": aside,
+        "notes": [_tie_line(g, hw) for g in ties] + _aside_lines(aside),
         "fixes": [] if ranked else _what_would_fit(model, hw, plan, framework),
     }
     return out

@@ -22,6 +22,7 @@ from paratrain.errors import ParatrainError
 HOME_VAR = "PARATRAIN_HOME"
 SCHEMA = ("CREATE TABLE IF NOT EXISTS runs (id TEXT PRIMARY KEY, created TEXT, workload TEXT, script TEXT, "
           "strategies TEXT, nproc TEXT, winner TEXT, out_dir TEXT, results TEXT)")
+SHOWN_MATCHES = 5  # an ambiguous prefix's error names this many matches, so it stays one line
 LIST_COLUMNS = ("id", "created", "workload", "script", "strategies", "nproc", "winner", "out_dir")
 
 
@@ -104,7 +105,9 @@ def _resolve(conn: sqlite3.Connection, run_id: str, path: Path) -> str:
     if len(matches) == 1:
         return matches[0]
     if matches:
-        raise ParatrainError(f"run id prefix {wanted!r} matches {len(matches)} runs: {', '.join(matches[:5])}",
+        shown = ", ".join(matches[:SHOWN_MATCHES]) + (f" and {len(matches) - SHOWN_MATCHES} more"
+                                                     if len(matches) > SHOWN_MATCHES else "")
+        raise ParatrainError(f"run id prefix {wanted!r} matches {len(matches)} runs: {shown}",
                              hint="type more of the id")
     close = difflib.get_close_matches(wanted, ids, n=3, cutoff=0.4)
     near = f"; closest: {', '.join(close)}" if close else f"; newest: {', '.join(ids[:3])}"

@@ -16,8 +16,10 @@ from paratrain.errors import ConfigError, did_you_mean
 HELP = help_text("""
 Size a model for every training method before you run it: per-GPU memory (parameters, gradients, optimizer
 state, activations, working buffers), bytes sent per optimizer step and their time on your link, whether it
-fits, and a ranked recommendation with reasons. Measurements `paratrain compare` recorded for the same model are
-shown beside the estimates and outrank them.
+fits, and a ranked recommendation with reasons. Measurements `paratrain compare` recorded for the same model on GPUs
+are shown beside the estimates and outrank them; methods whose measurements differ by less than that run's
+spread tie and are ranked by the estimates (a note says so); measurements taken on CPU are not used, and a note
+says which run they came from.
 
 The model: --params N, or --model with a preset (gpt2, gpt2-medium, gpt2-xl, llama-7b, llama-13b, llama-70b),
 a bundled workload (mlp, cnn, gpt; sized with --width/--depth as in compare) or package.module:factory (built on the
@@ -88,12 +90,14 @@ def _render(result: dict) -> None:
     if not ranked:
         fixes = "; ".join(result["fixes"]) or "a GPU with more memory"
         out.print(f"[bold red]Nothing fits[/] on this hardware. What would make it fit: {escape(fixes)}.")
-        return
-    out.print("[bold]Recommendation[/]")
-    for i, spec in enumerate(ranked[:3], 1):
-        out.print(f"  {i}. [bold]{escape(spec)}[/]: {escape(result['reasons'][spec])}", highlight=False)
-    if len(ranked) > 3:
-        out.print(f"  then: {escape(', '.join(ranked[3:]))}", highlight=False)
+    else:
+        out.print("[bold]Recommendation[/]")
+        for i, spec in enumerate(ranked[:3], 1):
+            out.print(f"  {i}. [bold]{escape(spec)}[/]: {escape(result['reasons'][spec])}", highlight=False)
+        if len(ranked) > 3:
+            out.print(f"  then: {escape(', '.join(ranked[3:]))}", highlight=False)
+    for note in result["notes"]:  # measured ties, and measurements set aside (taken on CPU)
+        out.print(f"[dim]•[/] {escape(note)}", highlight=False)
 
 
 def advise(

@@ -22,7 +22,8 @@ from paratrain.errors import ConfigError
 HISTORY_HELP = (
     "List past `paratrain compare` runs, newest first: id, date, workload or script, methods, process counts, "
     "the recommended method and where the report was written.\n\n"
-    "Pass an id (or a unique prefix of it, `latest`, or -N for the N-th newest) to `paratrain report`."
+    "Ids are printed whole, whatever the terminal width. Pass one (or a unique prefix of it, `latest`, or -N for "
+    "the N-th newest) to `paratrain report`."
 )
 REPORT_HELP = (
     "Re-render a past comparison, or compare two.\n\n"
@@ -32,6 +33,7 @@ REPORT_HELP = (
     "With RUN2: print each method's throughput, step time, peak memory and status in both runs, and the speed "
     "ratio B/A (above 1: B is faster); --out also writes diff.md there."
 )
+ID_CAPTION = "run id: printed whole; give it, or a unique prefix of it, to `paratrain report`"
 DB_HELP = "History database (default: $PARATRAIN_HOME/history.db, else ~/.paratrain/history.db)."
 
 
@@ -56,14 +58,22 @@ def history(
     if not runs:
         console.out.print("The run history is empty; run `paratrain compare` first.")
         return
-    table = Table(title="Past comparisons (newest first)", title_justify="left", header_style="bold")
-    for col in ("id", "created", "workload / script", "methods", "nproc", "winner", "out dir"):
-        table.add_column(col)
+    console.out.print(_history_table(runs))
+
+
+def _history_table(runs: list[dict[str, Any]]) -> Table:
+    """The runs as a table whose ids are always printed whole: they are what `paratrain report` takes, so a
+    narrow terminal wraps or folds the other columns, never the id (a cut id would look like a prefix of another)."""
+    table = Table(title="Past comparisons (newest first)", title_justify="left", header_style="bold",
+                  caption=ID_CAPTION, caption_justify="left")
+    table.add_column("run id", no_wrap=True, min_width=max(len(r["id"]) for r in runs))
+    for col in ("created", "workload / script", "methods", "nproc", "winner", "out dir"):
+        table.add_column(col, overflow="fold")  # folded, not cut with "…": a narrow terminal loses nothing
     for r in runs:
         winner = f"[green]{escape(r['winner'])}[/]" if r["winner"] else "[dim]none[/]"
         table.add_row(escape(r["id"]), escape(r["created"] or ""), escape(r["workload"] or r["script"] or "?"),
                       escape(r["strategies"] or ""), escape(r["nproc"] or ""), winner, escape(r["out_dir"] or ""))
-    console.out.print(table)
+    return table
 
 
 def _check_writable(folder: Path) -> None:
