@@ -46,7 +46,7 @@ class CompareSettings:
     script: str | None = None
     script_args: list[str] = field(default_factory=list)
     strategies: list[str] | None = None  # None: every torch method in the registry
-    nproc: list[int] = field(default_factory=lambda: [1, 2])
+    nproc: list[int] = field(default_factory=lambda: default_nproc())
     steps: int | None = None
     warmup: int = 5
     repeat: int = 1
@@ -160,6 +160,18 @@ def _max_steps(settings: CompareSettings) -> int | None:
     return settings.steps if settings.script else None
 
 
+def visible_gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def default_nproc() -> list[int]:
+    """1 and 2 processes on a CPU-only machine; on GPUs, 1 and every visible GPU (just 1 on a one-GPU machine)."""
+    gpus = visible_gpus()
+    return sorted({1, gpus}) if gpus else [1, 2]
+
+
 def default_strategies() -> list[str]:
     """Every method in the registry; those that cannot run here become 'unavailable' rows."""
     return [spec for m, e in registry.REGISTRY.items() for spec in (e.compare_specs or (str(m),))]
@@ -214,7 +226,11 @@ def plan_cells(settings: CompareSettings) -> list[Cell]:
         sizes = [1] if entry.launcher is Launcher.LOCAL and entry.framework == "torch" else settings.nproc
         run_script = KERAS_SCRIPT if entry.framework == "tensorflow" and not settings.script else script
         flags = _run_flags(settings) if entry.framework == "torch" else []
+        gpus = visible_gpus()
         for n in sizes:
+            if gpus and n > gpus:  # one process (or replica) per GPU: a launch would refuse it
+                cells.append(Cell(None, spec, n, f"needs {n} GPUs, {gpus} visible", normalized))
+                continue
             cells.append(Cell(CellSpec(normalized, n, run_script, args, flags, _max_steps(settings)), spec, n,
                               normalized=normalized))
     if not any(c.spec for c in cells):

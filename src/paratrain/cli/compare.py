@@ -26,7 +26,7 @@ Writes results.json, results.csv, report.md and PNG plots to --out, and a row in
 database (`paratrain history`, `paratrain report RUN`).
 
 Examples:
-  paratrain compare                  # every method, 1 and 2 processes
+  paratrain compare                  # every method, 1 and 2 processes (GPUs: 1 and all)
   paratrain compare --full           # also the CNN (BatchNorm, dropout) and the small GPT
   paratrain compare --strategies ddp,fsdp:shard=grad_op --nproc 1,2,4
   paratrain compare --script train.py --script-args "--lr 3e-4"
@@ -112,7 +112,8 @@ def compare(
     strategies: str = typer.Option(None, "--strategies", "-s",
                                    help="Comma-separated method specs, options included: "
                                         "single,ddp,deepspeed:zero3,offload (default: every method)."),
-    nproc: str = typer.Option("1,2", "--nproc", "-n", help="World sizes to try, comma-separated."),
+    nproc: str = typer.Option(None, "--nproc", "-n", help="World sizes to try, comma-separated (default: 1,2 on "
+                              "CPU; on GPUs 1 and every visible GPU)."),
     steps: int = typer.Option(None, "--steps", help="Optimizer steps per cell (default: the workload's)."),
     warmup: int = typer.Option(5, "--warmup", help="Steps left out of the timing."),
     repeat: int = typer.Option(1, "--repeat", help="Runs per cell; the median run is reported."),
@@ -130,7 +131,7 @@ def compare(
     json_out: bool = typer.Option(False, "--json", help="Print only the results JSON (no live table)."),
 ) -> int:
     from paratrain.bench import report, store
-    from paratrain.bench.compare import CompareSettings, run_compare
+    from paratrain.bench.compare import CompareSettings, default_nproc, run_compare
     from paratrain.errors import ConfigError
     from paratrain.strategies import registry
 
@@ -160,7 +161,8 @@ def compare(
     for name, value in plan:
         size = {"width": width, "depth": depth, **({sweep_key: value} if sweep_key else {})}
         settings = CompareSettings(workload=None if script else name, script=script,
-                                   script_args=shlex.split(script_args), strategies=specs, nproc=_parse_nproc(nproc),
+                                   script_args=shlex.split(script_args), strategies=specs,
+                                   nproc=_parse_nproc(nproc) if nproc else default_nproc(),
                                    steps=steps, warmup=warmup, repeat=repeat, scaling=scaling, timeout=timeout,
                                    width=size["width"], depth=size["depth"], precision=precision)
         if sweep_root is not None:

@@ -93,6 +93,14 @@ def _gpu_count() -> int:
     return torch.cuda.device_count() if torch.cuda.is_available() else 0
 
 
+def _torchrun_knows(flag: str) -> bool:
+    """Whether the installed torchrun takes ``flag``: paratrain runs on the torch the user has, and an unknown flag
+    would fail every launch with torchrun's own usage error."""
+    from torch.distributed.run import get_args_parser
+
+    return any(flag in action.option_strings for action in get_args_parser()._actions)
+
+
 def _check_compiles(script: Path) -> None:
     """A script that is not Python fails here, once, before any process starts (not once per rank)."""
     try:
@@ -215,8 +223,9 @@ def build_plan(config: RunConfig) -> LaunchPlan:
         # own opt-out gives each attempt a fresh store.
         env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
     # Ctrl-C / SIGTERM: the workers get the signal, then SIGKILL after SHUTDOWN_GRACE_S (torchrun waits 30 s).
-    argv = [f"--nproc-per-node={nproc}", f"--max-restarts={config.max_restarts}",
-            f"--shutdown-timeout={SHUTDOWN_GRACE_S}"]
+    argv = [f"--nproc-per-node={nproc}", f"--max-restarts={config.max_restarts}"]
+    if _torchrun_knows("--shutdown-timeout"):  # torch ≥ 2.12; older torchruns wait their own 30 s
+        argv.append(f"--shutdown-timeout={SHUTDOWN_GRACE_S}")
     if config.master:
         host, _, port = config.master.rpartition(":")
         argv += [f"--nnodes={config.nnodes}", f"--node-rank={config.node_rank}",

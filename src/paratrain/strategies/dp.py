@@ -19,7 +19,9 @@ class DataParallelStrategy(SingleStrategy):
 
     @classmethod
     def available(cls) -> Availability:
-        n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        # device_count() asks NVML; is_available() would initialise CUDA in the launcher, which then forks this
+        # one-process method's worker: "Cannot re-initialize CUDA in forked subprocess" (seen on an H200).
+        n = torch.cuda.device_count()
         if n >= 2:
             return Availability.yes(f"{n} GPUs")
         return Availability.yes(f"{n} GPU(s): runs as a single process (nothing to split over)")
