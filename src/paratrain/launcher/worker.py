@@ -139,12 +139,13 @@ def _joined_its_job() -> bool:
     init_process_group) or Horovod (``hvd.init``)? Read from the modules the script loaded, never importing one.
 
     Checked when the script has returned, but a script may have destroyed its group (or shut Horovod down) by then,
-    so ``is_initialized()`` is not enough alone: torch keeps the init method of its last default group (never reset
-    on destroy; a group made from an explicit store leaves none), Horovod the ranks of its global process set.
+    so ``is_initialized()`` is not enough alone: torch keeps the backend and the init method of its last default
+    group (private, but neither reset on destroy since torch 1.x), Horovod the ranks of its global process set.
     """
     c10d = sys.modules.get("torch.distributed.distributed_c10d")
     with contextlib.suppress(Exception):
-        if c10d is not None and (c10d.is_initialized() or getattr(c10d, "_default_pg_init_method", None)):
+        if c10d is not None and (c10d.is_initialized() or getattr(c10d, "_backend", None)
+                                 or getattr(c10d, "_default_pg_init_method", None)):
             return True
     for name in ("horovod.torch.mpi_ops", "horovod.tensorflow.mpi_ops"):
         with contextlib.suppress(Exception):
