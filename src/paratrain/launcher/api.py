@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from paratrain import exiting
 from paratrain import options as train_options
 from paratrain.distenv import FAILURES_VAR, NPROC_VAR
 from paratrain.errors import ConfigError, LaunchError
@@ -101,9 +102,7 @@ def _rank_main(fn: Callable[..., Any], args: tuple[Any, ...], env: dict[str, str
         session = Session()
         return fn(session, *args)
     except BaseException as exc:
-        from paratrain.strategies import _procgroup
-
-        _procgroup.mark_failing()  # close() must not wait in a barrier for ranks that wait for this one
+        exiting.mark_failing()  # close() must not wait in a barrier for ranks that wait for this one
         # The same timed failure note `paratrain run`'s workers leave, read back the same way (notes_.first_failure).
         worker.note("failure", {"error": f"{type(exc).__name__}: {exc}",
                                 "traceback": "".join(traceback.format_exception(exc))})

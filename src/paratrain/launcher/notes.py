@@ -2,7 +2,11 @@
 
 Every launcher (torchrun's, horovodrun's, TensorFlow's, the one-process fork) names a failed job's cause the same
 way: the earliest failure a worker noted itself, with sub-second times, rather than the echo of it that a peer
-reports a moment later; and a signal by its name, saying whether the script had already finished.
+reports a moment later, in the one line of its message that names the cause; and a signal by its name, saying
+whether the script had already finished. A finished rank's note also says whether it ever joined its job, so a
+script that was never ported is not reported as a job of the method it was launched under.
+
+The workers import this module up front (it imports nothing heavy): their failure path must not import anything.
 """
 
 from __future__ import annotations
@@ -11,6 +15,8 @@ import json
 import os
 import signal
 from pathlib import Path
+
+CAUSE_CHARS = 300  # the error line names the cause; the whole message is in the rank's traceback above it
 
 
 def read(notes: Path, kind: str) -> list[dict]:
@@ -39,6 +45,38 @@ def first_failure(notes: Path) -> dict | None:
 def finished(notes: Path, rank: int) -> bool:
     """Had this rank's script already returned normally (so a signal hit it on its way out)?"""
     return any(d.get("rank") == rank for d in read(notes, "done"))
+
+
+def never_joined(notes: Path, nproc: int) -> bool:
+    """Did every rank on this node finish without ever joining its job (no process group, no ``hvd.init``)?
+
+    A rank cannot join a process group its peers stay out of, so when none of this node's ranks joined, the launch
+    ran independent copies of the script. A note without the ``joined`` field (or a missing note) counts as joined:
+    the launcher only says so when every rank said it.
+    """
+    done = by_rank(notes, "done")
+    return len(done) == nproc and all(d.get("joined") is False for d in done.values())
+
+
+def cause_line(text: str) -> str:
+    """The line of a (possibly multi-line) error message that names its cause: the first non-empty one, trimmed.
+
+    Messages put the cause first and the advice or a stack after it — Horovod's "Extension horovod.tensorflow has
+    not been built: …" then "If this is not expected, reinstall Horovod with HOROVOD_WITH_TENSORFLOW=1 …", torch's
+    "Connection closed by peer" then "Exception raised from … frame #0 …" — so the last line is the wrong one. A
+    first line that ends in ":" only introduces the next one, which is added.
+    """
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    line = f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]
+    return line if len(line) <= CAUSE_CHARS else line[:CAUSE_CHARS - 1].rstrip() + "…"
+
+
+def exception_line(exc: BaseException) -> str:
+    """An exception as one line for the job's last line: its type and the line of its message naming the cause."""
+    line = cause_line(str(exc))
+    return f"{type(exc).__name__}: {line}" if line else type(exc).__name__
 
 
 def signal_text(signum: int, finished: bool) -> str:

@@ -259,20 +259,14 @@ def execute(plan: LaunchPlan) -> int:
     with tempfile.TemporaryDirectory(prefix="paratrain-notes-") as notes:
         os.environ[FAILURES_VAR] = notes
         try:
-            if plan.launcher is Launcher.LOCAL:
-                _run_local(plan, Path(notes))
-            elif plan.launcher is Launcher.HOROVODRUN:
-                from paratrain.launcher import horovodrun
-
-                horovodrun.run(plan, Path(notes))
-            elif plan.launcher is Launcher.TFCONFIG:
-                from paratrain.launcher import tfrun
-
-                tfrun.run(plan, Path(notes))
-            else:
-                _run_torchrun(plan, Path(notes))
+            _run(plan, Path(notes))
         finally:
             os.environ.pop(FAILURES_VAR, None)
+        copies = _ran_independent_copies(plan, Path(notes))
+    elapsed = time.time() - _process_start()
+    if copies:
+        notice(_independent_copies_line(plan, elapsed))
+        return 0  # the script did what it was written to do; the line says it was not a parallel job
     if plan.launcher is Launcher.TFCONFIG:
         from paratrain.launcher import tfrun
 
@@ -282,9 +276,41 @@ def execute(plan: LaunchPlan) -> int:
     what = f"{plan.world_size} process{'es' if plan.world_size > 1 else ''}"
     if plan.launcher is Launcher.TFCONFIG and plan.nproc == 1 and plan.details:
         what = f"{plan.details['replicas']} replica(s) in one process"
-    notice(f"{plan.spec} × {what} ({where}) "
-           f"finished in {time.time() - _process_start():.1f} s")
+    notice(f"{plan.spec} × {what} ({where}) finished in {elapsed:.1f} s")
     return 0
+
+
+def _run(plan: LaunchPlan, notes: Path) -> None:
+    if plan.launcher is Launcher.LOCAL:
+        _run_local(plan, notes)
+    elif plan.launcher is Launcher.HOROVODRUN:
+        from paratrain.launcher import horovodrun
+
+        horovodrun.run(plan, notes)
+    elif plan.launcher is Launcher.TFCONFIG:
+        from paratrain.launcher import tfrun
+
+        tfrun.run(plan, notes)
+    else:
+        _run_torchrun(plan, notes)
+
+
+def _ran_independent_copies(plan: LaunchPlan, notes: Path) -> bool:
+    """Did a multi-process launch run copies of a script that never joined its job (no Session, no
+    init_process_group, no hvd.init)? N trainings that each saw all the data and wrote the same files, which
+    "ddp × 2 processes finished" would misreport as one parallel job."""
+    if plan.world_size < 2 or plan.launcher not in (Launcher.TORCHRUN, Launcher.HOROVODRUN):
+        return False  # TensorFlow's own strategies leave no trace the worker could read without importing TF
+    return notes_.never_joined(notes, plan.nproc)
+
+
+def _independent_copies_line(plan: LaunchPlan, elapsed: float) -> str:
+    if plan.launcher is Launcher.HOROVODRUN:
+        never = "joined Horovod (no paratrain.Session, no hvd.init())"
+    else:
+        never = "joined a process group (no paratrain.Session, no init_process_group)"
+    return (f"{plan.world_size} independent copies of {Path(plan.config.script).name} ran ({elapsed:.1f} s), not one "
+            f"{plan.spec} job: the script never {never} — see Port your script in the README")
 
 
 def _process_start() -> float:
@@ -402,5 +428,4 @@ def _failure_line(rank: int, failure, noted: str | None = None, finished: bool =
         text = str(message).strip()
     if text in ("<NONE>", "<N/A>"):
         text = ""
-    last = text.splitlines()[-1] if text else "see its output above"
-    return f"rank {rank} failed first ({code}): {last}"
+    return f"rank {rank} failed first ({code}): {notes_.cause_line(text) or 'see its output above'}"

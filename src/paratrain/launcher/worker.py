@@ -15,6 +15,12 @@ interpreter would do on its way out — join the script's non-daemon threads, ru
 Session's ``close`` among them), leave a process group the script left up through a monitored barrier, flush
 output — and then ends the process with ``os._exit``, skipping finalization. A crash *during* the script is
 untouched: it kills the process before any of this runs, and the launcher reports it.
+
+The failure path and the signal handlers import nothing: what they need is imported with this module. A SIGTERM
+(horovodrun's, when a peer fails) that arrived while the failure path was importing torch ran a handler importing
+the same half-initialised module, and every rank printed paratrain's own traceback instead of leaving quietly.
+A finished rank's note says whether it ever joined its job, read from modules the script loaded (nothing is
+imported for it either), so the launcher can tell a ported script from independent copies of an unported one.
 """
 
 from __future__ import annotations
@@ -30,9 +36,13 @@ import sys
 import threading
 import time
 import traceback
+from types import TracebackType
 from typing import NoReturn
 
+from paratrain import exiting
 from paratrain.distenv import FAILURES_VAR, LOCAL_RANK_ARG_VAR, TIMEOUT_VAR
+from paratrain.errors import ParatrainError
+from paratrain.launcher import notes as notes_
 from paratrain.launcher import torch_import
 
 
@@ -51,11 +61,13 @@ def _adopt_horovod_env() -> None:
 
 
 def _leave_on_sigterm(signum: int, _frame: object) -> None:
-    from paratrain.strategies import _procgroup
-
-    _procgroup.mark_failing()
-    flush_output()
-    os._exit(128 + signum)
+    """Leave at once. This runs between any two bytecodes of the main thread — in the middle of an import, of the
+    failure path — so it imports nothing and nothing it does can raise past ``os._exit``."""
+    try:
+        exiting.mark_failing()
+        flush_output()
+    finally:
+        os._exit(128 + signum)
 
 
 def _run_script(script: str, args: list[str]) -> None:
@@ -91,9 +103,7 @@ def _record_for_torchrun(exc: BaseException) -> None:
 
 
 def _note_failure(summary: str, code: int = 1) -> None:
-    from paratrain.strategies import _procgroup
-
-    _procgroup.mark_failing()  # the Session's exit must not wait in a barrier for ranks that wait for us
+    exiting.mark_failing()  # the Session's exit must not wait in a barrier for ranks that wait for us
     note("failure", {"error": summary, "code": code})
 
 
@@ -115,6 +125,8 @@ def _join_threads() -> None:
 
 def _leave_process_group() -> None:
     """A script that left its process group up (most native scripts) leaves it the way Session does."""
+    if "torch.distributed" not in sys.modules:  # never loaded: no group to leave, and no torch import to pay
+        return
     from paratrain.strategies import _procgroup
 
     timeout = os.environ.get(TIMEOUT_VAR)
@@ -122,10 +134,31 @@ def _leave_process_group() -> None:
         _procgroup.leave(float(timeout) if timeout else None)
 
 
+def _joined_its_job() -> bool:
+    """Did this process ever join its job: a torch process group (a Session's, or the script's own
+    init_process_group) or Horovod (``hvd.init``)? Read from the modules the script loaded, never importing one.
+
+    Checked when the script has returned, but a script may have destroyed its group (or shut Horovod down) by then,
+    so ``is_initialized()`` is not enough alone: torch keeps the backend and the init method of its last default
+    group (private, but neither reset on destroy since torch 1.x), Horovod the ranks of its global process set.
+    """
+    c10d = sys.modules.get("torch.distributed.distributed_c10d")
+    with contextlib.suppress(Exception):
+        if c10d is not None and (c10d.is_initialized() or getattr(c10d, "_backend", None)
+                                 or getattr(c10d, "_default_pg_init_method", None)):
+            return True
+    for name in ("horovod.torch.mpi_ops", "horovod.tensorflow.mpi_ops"):
+        with contextlib.suppress(Exception):
+            if name in sys.modules and sys.modules[name].is_initialized():
+                return True
+    sets = sys.modules.get("horovod.common.process_sets")
+    return bool(getattr(getattr(sets, "global_process_set", None), "ranks", None))
+
+
 def _wind_down(code: int) -> int:
     """Leave as the interpreter would, minus finalization (where gloo can abort a process whose work is done)."""
     if code == 0:
-        note("done", {})
+        note("done", {"joined": _joined_its_job()})
     with contextlib.suppress(Exception):
         _join_threads()
     atexit._run_exitfuncs()  # the script's handlers and the Session's close(), in the usual order
@@ -153,11 +186,23 @@ def _on_sigint(signum: int, frame: object) -> None:
 
 def _stop_quietly() -> int:
     """Ctrl-C (forwarded by the launcher): the launcher says so in one line; no traceback from every rank."""
-    from paratrain.strategies import _procgroup
-
-    _procgroup.mark_failing()
+    exiting.mark_failing()
     flush_output()
     return 128 + signal.SIGINT
+
+
+def _script_traceback(exc: BaseException, script: str) -> TracebackType | None:
+    """The exception's traceback from the script's own first frame on, as ``python train.py`` shows it: the
+    worker's and runpy's frames above it are paratrain's plumbing, not the user's code (``PARATRAIN_DEBUG=1``
+    keeps them). A traceback that never passes through the script is kept whole."""
+    tb = exc.__traceback__
+    if os.environ.get("PARATRAIN_DEBUG") == "1":
+        return tb
+    while tb is not None:
+        if tb.tb_frame.f_code.co_filename == script:  # runpy compiles the script under the path it was given
+            return tb
+        tb = tb.tb_next
+    return exc.__traceback__
 
 
 def run(script: str, args: list[str]) -> int:
@@ -167,12 +212,18 @@ def run(script: str, args: list[str]) -> int:
 
     A ParatrainError (a user mistake, e.g. a bad option) is one line per rank, not a traceback.
     """
-    from paratrain.errors import ParatrainError
-
     global _interrupted
     _interrupted = False
     _adopt_horovod_env()
     signal.signal(signal.SIGINT, _on_sigint)
+    try:
+        return _run_and_report(script, args)
+    except KeyboardInterrupt:  # Ctrl-C, also one that arrives while a failure is being reported or wound down
+        return _stop_quietly()
+
+
+def _run_and_report(script: str, args: list[str]) -> int:
+    """The script, then its failure (noted, one line or its traceback) or its success, then the wind-down."""
     try:
         _run_script(script, args)
     except ParatrainError as exc:
@@ -188,13 +239,11 @@ def run(script: str, args: list[str]) -> int:
         if code != 0:
             _note_failure(f"exited with {code}", code)
         return _wind_down(code)
-    except KeyboardInterrupt:
-        return _stop_quietly()
     except Exception as exc:
         if _interrupted:  # an echo of the interrupt (a peer that stopped first): not a failure of its own
             return _stop_quietly()
-        last = str(exc).strip().splitlines()[-1] if str(exc).strip() else ""
-        _note_failure(f"{type(exc).__name__}: {last}" if last else type(exc).__name__)
+        _note_failure(notes_.exception_line(exc))
+        exc.with_traceback(_script_traceback(exc, script))  # the hooks print the exception's own traceback
         _record_for_torchrun(exc)
         sys.excepthook(type(exc), exc, exc.__traceback__)  # the traceback, through any hook the script set
         return _wind_down(1)

@@ -8,6 +8,7 @@ import datetime
 import torch
 import torch.distributed as dist
 
+from paratrain import exiting
 from paratrain.distenv import DistEnv
 from paratrain.errors import LaunchError
 
@@ -56,17 +57,13 @@ def join(env: DistEnv, method: str) -> torch.device:
     return device
 
 
-_failing = False
-
-
 def mark_failing() -> None:
     """This process is exiting because of an error: leave without waiting for the other ranks."""
-    global _failing
-    _failing = True
+    exiting.mark_failing()
 
 
 def is_failing() -> bool:
-    return _failing
+    return exiting.is_failing()
 
 
 def leave(timeout_s: float | None = None) -> None:
@@ -78,7 +75,7 @@ def leave(timeout_s: float | None = None) -> None:
     """
     if not (dist.is_available() and dist.is_initialized()):
         return
-    if not _failing:
+    if not exiting.is_failing():
         with contextlib.suppress(Exception):  # a peer already gone: nothing left to wait for
             if dist.get_backend() == "gloo":
                 dist.monitored_barrier(timeout=datetime.timedelta(seconds=timeout_s or 60))
