@@ -18,7 +18,7 @@ from paratrain import __version__
 from paratrain.bench import equivalence
 from paratrain.bench.runner import CellSpec, run_cell
 from paratrain.errors import ConfigError
-from paratrain.launcher.config import DEFAULT_CONFIG
+from paratrain.launcher.config import DEFAULT_CONFIG, script_path
 from paratrain.launcher.threads import available_cores
 from paratrain.strategies import registry
 from paratrain.strategies.base import Launcher, format_spec
@@ -71,8 +71,8 @@ class CompareSettings:
             options.given({"precision": self.precision})
         if self.scaling not in ("strong", "weak"):
             raise ConfigError(f'--scaling "{self.scaling}" must be strong or weak')
-        if self.script is not None and not Path(self.script).is_file():
-            raise ConfigError(f"script {self.script} does not exist", hint="give the path of a Session-based script")
+        if self.script is not None:
+            script_path(self.script, hint="give the path of a Session-based or Keras script")
         if self.script is not None:
             _config_file()  # its checkpoint_dir is refused here, before anything is written
 
