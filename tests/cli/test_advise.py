@@ -119,3 +119,14 @@ def test_a_misspelt_factory_name_is_named(capsys, tmp_path, monkeypatch):
     (tmp_path / "mymodel_misspelt.py").write_text(MY_MODEL)
     assert main(["advise", "--model", "mymodel_misspelt:buidl", "--gpus", "2", "--gpu-mem", "8"]) == 2
     assert 'mymodel_misspelt has no "buidl". Did you mean "build"?' in capsys.readouterr().err
+
+
+def test_a_no_in_the_fits_column_says_which_memory_and_why(capsys):
+    assert main(["advise", "--params", "1.3e9", "--gpus", "8", "--gpu-mem", "80", "--host-mem", "16"]) == 0
+    out = capsys.readouterr().out
+    assert "host memory 16 GiB per node" in out and "(72 usable)" in out
+    offload = next(ln for ln in out.splitlines() if ln.strip().startswith("ds:zero3+off(all)"))
+    assert offload.rstrip().endswith("no (host)"), offload
+    assert ("no (host) ds:zero3+off(all): offloaded state needs 24.2 GiB of host memory per node (8 ranks × 3.03 "
+            "GiB), 14.4 GiB usable of 16 GiB") in out
+    assert "n/a multiworker (tf), mirrored (tf): a tensorflow method" in out
