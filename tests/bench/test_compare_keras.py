@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from paratrain.bench.compare import CompareSettings, default_strategies, plan_cells
+from paratrain.bench.compare import CompareSettings, default_strategies, plan_cells, reference_cell
 from tests.helpers.launch import ROOT, check, paratrain
 from tests.helpers.requirements import requires
 
@@ -20,6 +20,26 @@ def test_default_compare_plans_keras_cells_for_the_mlp_only():
     own = {c.key: c for c in plan_cells(CompareSettings(script=str(ROOT / "examples" / "session_train.py"),
                                                         strategies=["ddp", "multiworker"], nproc=[2]))}
     assert own["multiworker×2"].spec is None and "is a PyTorch (Session) script" in own["multiworker×2"].reason
+
+
+def test_a_script_is_compared_by_the_methods_of_its_framework():
+    keras = plan_cells(CompareSettings(workload=None, script=str(ROOT / "examples" / "keras_train.py"), nproc=[1, 2]))
+    assert [c.key for c in keras] == ["mirrored×1", "mirrored×2", "multiworker×1", "multiworker×2"]
+    assert default_strategies("tensorflow") == ["mirrored", "multiworker"]
+    torch = plan_cells(CompareSettings(workload=None, script=str(ROOT / "examples" / "session_train.py"), nproc=[2]))
+    assert not any(c.strategy in ("mirrored", "multiworker") for c in torch)
+
+
+def test_the_reference_is_one_process_on_one_device_of_either_framework():
+    def cell(strategy, nproc, framework="tensorflow"):
+        return {"key": f"{strategy}×{nproc}", "strategy": strategy, "nproc": nproc, "framework": framework}
+
+    keras = [cell("multiworker", 1), cell("multiworker", 2), cell("mirrored", 1), cell("mirrored", 2)]
+    assert reference_cell(keras)["key"] == "mirrored×1"  # whatever order the methods were asked in
+    both = [cell("ddp", 1, "torch"), cell("mirrored", 1), cell("single", 1, "torch")]
+    assert reference_cell(both)["key"] == "single×1"
+    assert reference_cell(both[:2])["key"] == "ddp×1"  # a torch run without single: as before
+    assert reference_cell([cell("multiworker", 2)]) is None
 
 
 @requires("tensorflow", "tf_keras")
