@@ -4,6 +4,7 @@ multiworker runs. `benchmarks/keras_overhead.py` times it against examples/handw
     python examples/keras_train.py
     paratrain run --strategy mirrored --nproc 2 examples/keras_train.py
     paratrain run --strategy multiworker --nproc 2 examples/keras_train.py
+    paratrain compare --script examples/keras_train.py      # the TensorFlow methods side by side
 """
 
 import os
@@ -20,6 +21,8 @@ args = parse_args("Keras under the strategy paratrain run chose")
 with strategy.scope():
     model = build_and_compile(ptf.keras(), args.width)
 x, y = make_data(args.samples)
-losses, fit_s = fit(model, ptf.batched(tf.data.Dataset.from_tensor_slices((x, y)), args.batch_size), args.epochs)
+# ptf.callbacks: what the launcher asks for (compare's step recorder, --checkpoint-dir's backup); none otherwise.
+losses, fit_s = fit(model, ptf.batched(tf.data.Dataset.from_tensor_slices((x, y)), args.batch_size), args.epochs,
+                    ptf.callbacks(args.batch_size, samples=args.samples))
 if ptf.is_main():
     write_results(args.out, losses, fit_s, ptf.world_size(), strategy.num_replicas_in_sync)

@@ -36,9 +36,9 @@ def build_and_compile(keras, width: int):
     return model
 
 
-def fit(model, dataset, epochs: int) -> tuple[list[float], float]:
+def fit(model, dataset, epochs: int, callbacks=None) -> tuple[list[float], float]:
     start = time.perf_counter()
-    history = model.fit(dataset, epochs=epochs, shuffle=False, verbose=0)
+    history = model.fit(dataset, epochs=epochs, shuffle=False, verbose=0, callbacks=callbacks)
     return [float(v) for v in history.history["loss"]], time.perf_counter() - start
 
 

@@ -21,10 +21,12 @@ FAILURES_VAR = "PARATRAIN_FAILURES"  # folder of the workers' notes for the laun
 CHECKPOINT_DIR_VAR = "PARATRAIN_CHECKPOINT_DIR"
 CHECKPOINT_EVERY_VAR = "PARATRAIN_CHECKPOINT_EVERY"
 KEEP_VAR = "PARATRAIN_KEEP"
+QUIET_TF_VAR = "PARATRAIN_QUIET_TF"  # "1": a quiet TensorFlow launch; workers hide TF's start-up lines (tf_import)
 # Variables that are paratrain's own settings rather than method options.
 RESERVED = {
     STRATEGY_VAR, TIMEOUT_VAR, NPROC_VAR, FAILURES_VAR, "PARATRAIN_HOME", "PARATRAIN_DEBUG", "PARATRAIN_METRICS",
-    CHECKPOINT_DIR_VAR, CHECKPOINT_EVERY_VAR, KEEP_VAR, TF_CONFIG_VAR, "PARATRAIN_TRAIN",  # paratrain.options.TRAIN_VAR
+    CHECKPOINT_DIR_VAR, CHECKPOINT_EVERY_VAR, KEEP_VAR, TF_CONFIG_VAR, QUIET_TF_VAR,
+    "PARATRAIN_TRAIN",  # paratrain.options.TRAIN_VAR
     "PARATRAIN_MAX_STEPS", "PARATRAIN_PROFILE",  # paratrain.metrics: compare's measuring settings
 }
 

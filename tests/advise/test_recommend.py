@@ -72,3 +72,17 @@ def test_json_contract():
     assert {"method", "per_rank_bytes", "fits", "comm_bytes_per_step"} <= set(row)
     assert {"params", "grads", "optimizer", "activations", "total"} <= set(row["per_rank_bytes"])
     assert set(result["reasons"]) == {r["method"] for r in result["methods"]}
+
+
+def test_a_row_short_of_host_memory_says_so():
+    hw = recommend.Hardware(gpus=8, gpu_mem_gib=80, link=NVLINK, host_mem_gib=16, host_from="this machine")
+    result = recommend.advise(models.from_params(1.3e9), hw, memory.Plan(ranks=8))
+    row = _row(result, "deepspeed:zero3,offload=all")  # 3.03 GiB per rank × 8 ranks > 90 % of 16 GiB
+    assert not row["fits"] and row["short_of"] == "host"
+    why = row["does_not_fit_because"]
+    assert "24.2 GiB of host memory per node (8 ranks × 3.03 GiB), 14.4 GiB usable of 16 GiB" in why
+    assert "--host-mem" in why  # the host memory was this machine's, not the planned one's
+    assert result["reasons"]["deepspeed:zero3,offload=all"].startswith(f"does not fit: {why}")
+    assert _row(result, "ddp")["does_not_fit_because"] is None
+    small = _advise(3e9, gpus=8, mem=40)
+    assert _row(small, "ddp")["short_of"] == "GPU" and "per GPU" in _row(small, "ddp")["does_not_fit_because"]

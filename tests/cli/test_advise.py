@@ -72,3 +72,61 @@ def test_factory_model(capsys):
     assert main(["advise", "--model", "tests.helpers.advise_models:not_a_module", "--gpus", "2",
                  "--gpu-mem", "16"]) == 2
     assert "not a torch.nn.Module" in capsys.readouterr().err
+
+
+MY_MODEL = """import torch
+
+
+def build():
+    return torch.nn.Sequential(torch.nn.Linear(64, 32), torch.nn.ReLU(), torch.nn.Linear(32, 10))
+"""
+
+
+def _paratrain_command(tmp_path, *argv: str):
+    """`paratrain …` as the installed command runs it: a script in another folder (the command's bin folder) first
+    on sys.path, not the current folder as under `python -m` — which is where `--model mymodel:build` failed."""
+    import subprocess
+    import sys
+
+    from tests.helpers.launch import worker_env
+
+    command = tmp_path / "bin" / "paratrain_command.py"
+    command.parent.mkdir()
+    command.write_text("from paratrain.cli.main import entry\n\nentry()\n")
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "mymodel.py").write_text(MY_MODEL)
+    return subprocess.run([sys.executable, str(command), "advise", *argv], capture_output=True, text=True,
+                          cwd=work, env=worker_env(), timeout=120)
+
+
+def test_factory_in_the_current_folder_is_importable(tmp_path):
+    proc = _paratrain_command(tmp_path, "--model", "mymodel:build", "--gpus", "2", "--gpu-mem", "8", "--json")
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads(proc.stdout)["model"]["params"] == 64 * 32 + 32 + 32 * 10 + 10
+
+
+def test_a_module_that_is_not_there_is_still_one_clear_line(tmp_path):
+    proc = _paratrain_command(tmp_path, "--model", "nomodel:build", "--gpus", "2", "--gpu-mem", "8")
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    line = proc.stderr.strip().splitlines()[-1]
+    assert '--model "nomodel:build": cannot import it: no module named nomodel' in line
+    assert str(tmp_path / "work") in line, line  # where it was looked for
+
+
+def test_a_misspelt_factory_name_is_named(capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "mymodel_misspelt.py").write_text(MY_MODEL)
+    assert main(["advise", "--model", "mymodel_misspelt:buidl", "--gpus", "2", "--gpu-mem", "8"]) == 2
+    assert 'mymodel_misspelt has no "buidl". Did you mean "build"?' in capsys.readouterr().err
+
+
+def test_a_no_in_the_fits_column_says_which_memory_and_why(capsys):
+    assert main(["advise", "--params", "1.3e9", "--gpus", "8", "--gpu-mem", "80", "--host-mem", "16"]) == 0
+    out = capsys.readouterr().out
+    assert "host memory 16 GiB per node" in out and "(72 usable)" in out
+    offload = next(ln for ln in out.splitlines() if ln.strip().startswith("ds:zero3+off(all)"))
+    assert offload.rstrip().endswith("no (host)"), offload
+    assert ("no (host) ds:zero3+off(all): offloaded state needs 24.2 GiB of host memory per node (8 ranks × 3.03 "
+            "GiB), 14.4 GiB usable of 16 GiB") in out
+    assert "n/a multiworker (tf), mirrored (tf): a tensorflow method" in out

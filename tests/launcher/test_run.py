@@ -64,6 +64,18 @@ def test_script_arguments_are_forwarded_even_when_they_look_like_ours(tmp_path):
     assert len(losses) == 3
 
 
+def test_a_paratrain_flag_after_the_script_stays_the_scripts_with_one_note(tmp_path):
+    proc = check(paratrain("run", "-s", "single", str(SCRIPTS / "print_args.py"), "--dry-run", "--lr", "3"))
+    assert proc.stdout.strip() == "['--dry-run', '--lr', '3']"  # it ran, and the script got every argument
+    notes = [ln for ln in proc.stderr.splitlines() if "--dry-run after print_args.py goes to print_args.py" in ln]
+    assert len(notes) == 1 and "put it before print_args.py" in notes[0], proc.stderr
+    own = tmp_path / "own_flags.py"
+    own.write_text("import argparse\n\np = argparse.ArgumentParser()\np.add_argument('--dry-run', "
+                   "action='store_true')\nprint(p.parse_args().dry_run)\n")
+    proc = check(paratrain("run", "-s", "single", str(own), "--dry-run"))
+    assert proc.stdout.strip() == "True" and "goes to" not in proc.stderr  # the script's own flag: no note
+
+
 def test_dry_run_shows_resolved_config_and_torchrun_command():
     proc = check(paratrain("run", "-s", "fsdp:shard=grad_op", "-n", "2", "--timeout", "30", "--dry-run", "--json",
                            str(SESSION_TRAIN), "--steps", "5"))

@@ -79,3 +79,19 @@ def test_interrupting_the_launcher_stops_every_worker(tmp_path):
     assert "interrupted by SIGINT; every process of the job was stopped" in err
     left = subprocess.run(["pgrep", "-f", str(out)], capture_output=True, text=True).stdout.split()
     assert not left, f"workers left running: {left}"
+
+
+TF_START_UP = ("absl::InitializeLog", "oneDNN custom operations", "cpu_feature_guard")
+
+
+def test_a_quiet_run_prints_none_of_tensorflows_start_up_lines():
+    """`import tensorflow` writes absl's pre-initialisation warning and the oneDNN notice twice per process (two of
+    its libraries carry a copy each), past TF_CPP_MIN_LOG_LEVEL: a quiet run must show none of them."""
+    from tests.helpers.launch import EXAMPLES, check, worker_env
+
+    env = {k: v for k, v in worker_env().items() if k != "TF_CPP_MIN_LOG_LEVEL"}  # the launcher's default
+    proc = check(paratrain("run", "-s", "multiworker", "-n", "2", str(EXAMPLES / "keras_train.py"), "--epochs", "1",
+                           "--samples", "256", "--width", "16", env=env, timeout=180))
+    noise = [ln for ln in proc.stderr.splitlines() if any(marker in ln for marker in TF_START_UP)]
+    assert noise == [], proc.stderr
+    assert "loss" in proc.stdout and "multiworker × 2 processes" in proc.stderr

@@ -111,6 +111,21 @@ def test_unknown_key_in_config_file(tmp_path):
     one_line_error(paratrain("run", S, cwd=tmp_path), 2, 'unknown key "strategi"', 'Did you mean "strategy"?')
 
 
+def test_config_value_of_the_wrong_type_names_the_key_and_the_type(tmp_path):
+    (tmp_path / "paratrain.toml").write_text('[run]\nnproc = "two"\n')
+    line = one_line_error(paratrain("run", S, cwd=tmp_path), 2, 'paratrain.toml: nproc = "two" must be an integer')
+    assert "not supported between" not in line
+
+
+@pytest.mark.parametrize("command", [["run", "-s", "ddp"], ["compare", "--script"]], ids=["run", "compare"])
+def test_a_directory_given_as_the_script_is_called_a_directory(tmp_path, command):
+    (tmp_path / "train_dir").mkdir()
+    (tmp_path / "train_dir" / "train.py").write_text("print('hi')\n")
+    line = one_line_error(paratrain(*command, "train_dir/", cwd=tmp_path), 2,
+                          "script train_dir/ is a directory, not a script", "train_dir/train.py")
+    assert "does not exist" not in line
+
+
 def test_script_that_is_not_python_fails_before_any_process_starts(tmp_path):
     script = tmp_path / "train.sh"
     script.write_text("#!/bin/bash\necho hi && torchrun train.py\n")

@@ -72,12 +72,13 @@ def resolve(*, gpus: int | None, gpu_mem: float | None, nodes: int = 1, intercon
         link = _local_link(inv, [g.index for g in local]) if inv else comm.Link("pcie", comm.LINKS["pcie"])
     source = "this machine" if (gpus is None or gpu_mem is None) else "flags"
     bf16 = bool(local) and all(_major(g.compute_capability) >= 8 for g in local)
+    host_from = "flags" if host_mem is not None else "this machine"
     if host_mem is None:
         from paratrain.devices.inventory import cpu_info
 
         host_mem = (inv.cpu if inv else cpu_info()).memory_gib
     return Hardware(gpus=count, gpu_mem_gib=mem, link=link, nodes=nodes, host_mem_gib=host_mem,
-                    source=source), bf16
+                    source=source, host_from=host_from), bf16
 
 
 def _major(capability: str | None) -> int:

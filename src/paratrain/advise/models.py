@@ -8,10 +8,14 @@ bundled workloads are what ``compare`` measures, so `advise` can be checked agai
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import math
-from collections.abc import Callable
+import os
+import sys
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from paratrain.errors import ConfigError, did_you_mean
@@ -128,11 +132,58 @@ def from_factory(target: str) -> ModelSpec:
     if not module_name or not attr:
         raise ConfigError(f'--model "{target}" must be a preset ({", ".join(PRESETS)}), a bundled workload '
                           f"({', '.join(BUNDLED)}) or package.module:factory")
+    with _current_folder_importable():
+        return _build_factory(target, _import_factory(target, module_name, attr))
+
+
+@contextlib.contextmanager
+def _current_folder_importable() -> Iterator[None]:
+    """The current folder first on the import path while the factory is imported and built, as ``python -m``
+    would have it: the ``paratrain`` command starts with its own bin folder there instead, so ``mymodel.py`` next
+    to the user was not found. Taken off again afterwards."""
+    here = os.getcwd()
+    added = here not in sys.path
+    if added:
+        sys.path.insert(0, here)
     try:
-        factory = getattr(importlib.import_module(module_name), attr)
-    except (ImportError, AttributeError) as exc:
-        raise ConfigError(f'--model "{target}": cannot import it ({exc})',
-                          hint="run from the folder that holds the package, or install it") from None
+        yield
+    finally:
+        if added and here in sys.path:
+            sys.path.remove(here)
+
+
+def _import_factory(target: str, module_name: str, attr: str) -> Callable[[], Any]:
+    """The factory, or one line saying what is missing: the module itself (where it was looked for), something
+    the module imports, or the name inside it."""
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as exc:
+        raise _not_found(target, module_name, exc) from None
+    except ImportError as exc:
+        raise ConfigError(f'--model "{target}": importing {module_name} failed ({exc})') from None
+    except SyntaxError as exc:
+        raise ConfigError(f'--model "{target}": {exc.filename} line {exc.lineno}: {exc.msg}') from None
+    factory = getattr(module, attr, None)
+    if factory is None:
+        names = [n for n in vars(module) if callable(vars(module)[n]) and not n.startswith("_")]
+        raise ConfigError(f'--model "{target}": {module_name} has no "{attr}".{did_you_mean(attr, names)}',
+                          hint=f"name the function that builds the model after the colon ({module_name}:FACTORY)")
+    return factory
+
+
+def _not_found(target: str, module_name: str, exc: ModuleNotFoundError) -> ConfigError:
+    """The module (or a package on its path) is not there; or it is, and something it imports is missing."""
+    missing = exc.name or module_name
+    if module_name == missing or module_name.startswith(missing + "."):
+        top = missing.split(".")[0]
+        return ConfigError(f'--model "{target}": cannot import it: no module named {missing} ({top}.py or a '
+                           f"{top}/ package in {Path.cwd()}, or an installed package)",
+                           hint="run paratrain advise from the folder that holds it, or install it")
+    return ConfigError(f'--model "{target}": {module_name} imports {missing}, which is not installed',
+                       hint=f"install {missing.split('.')[0]}, or run with the environment {module_name} needs")
+
+
+def _build_factory(target: str, factory: Callable[[], Any]) -> ModelSpec:
     import torch
 
     made = _on_meta(factory)

@@ -35,6 +35,7 @@ class Hardware:
     nodes: int = 1
     host_mem_gib: float | None = None  # per node, for offloaded state; None: not checked
     source: str = "flags"  # "flags" or "this machine"
+    host_from: str = "flags"  # where host_mem_gib came from: "flags" or "this machine" (not the planned one)
 
     @property
     def world(self) -> int:
@@ -43,6 +44,10 @@ class Hardware:
     @property
     def usable_bytes(self) -> int:
         return int(self.gpu_mem_gib * GIB * USABLE)
+
+    @property
+    def usable_host_bytes(self) -> float | None:
+        return None if self.host_mem_gib is None else self.host_mem_gib * GIB * USABLE
 
 
 @dataclass
@@ -57,6 +62,8 @@ class Row:
     comm_s: float
     measured: dict[str, Any] | None = None
     unusable: str = ""  # why it cannot be used on this hardware
+    misfit: str = ""  # why it does not fit ("" when it fits): the GPU's memory, or the host's for offloaded state
+    misfit_where: str = ""  # "GPU" or "host": which memory is short, for the table's fits column
     reason: str = ""
     notes: list[str] = field(default_factory=list)
 
@@ -67,7 +74,8 @@ class Row:
                 "processes": 1 if m.one_process else self.ranks, "devices": self.ranks, "multi_node": m.multi_node,
                 "replicated": replicated, "sharded": sharded, "sharded_short": m.short_layout(), "label": m.label,
                 "per_rank_bytes": self.memory.to_json(), "fits": self.fits, "usable": self.usable,
-                "unusable_because": self.unusable or None, "runnable": m.runnable,
+                "unusable_because": self.unusable or None, "does_not_fit_because": self.misfit or None,
+                "short_of": self.misfit_where or None, "runnable": m.runnable,
                 "comm_bytes_per_step": self.comm_bytes, "host_bytes_per_step": self.host_bytes,
                 "comm_s_per_step": self.comm_s, "measured": self.measured, "notes": self.notes}
 
@@ -82,17 +90,31 @@ def _row(model: ModelSpec, m: MethodModel, hw: Hardware, plan: memory.Plan, fram
     link_bytes = comm.step_bytes(m.comm, model.params, ranks, p_b, g_b, outputs)
     host = comm.host_bytes(m.sharding.offload, model.params, ranks, p_b, g_b)
     usable = m.framework == framework and (hw.nodes == 1 or m.multi_node)
-    host_fits = hw.host_mem_gib is None or mem.host * min(ranks, hw.gpus) <= hw.host_mem_gib * GIB * USABLE
-    row = Row(m, ranks, mem, mem.total <= hw.usable_bytes and host_fits, usable, link_bytes, host,
-              comm.seconds(link_bytes, host, hw.link), notes=list(mem.notes))
-    if not host_fits:
-        row.notes.append(f"offloaded state needs {_gib(mem.host * min(ranks, hw.gpus))} of host memory per node, "
-                         f"{hw.host_mem_gib:.0f} GiB there")
+    row = Row(m, ranks, mem, True, usable, link_bytes, host, comm.seconds(link_bytes, host, hw.link),
+              notes=list(mem.notes))
+    row.misfit_where, row.misfit = _misfit(mem, min(ranks, hw.gpus), hw)
+    row.fits = not row.misfit
+    if row.misfit_where == "host":
+        row.notes.append(row.misfit)
     if m.framework != framework:
         row.unusable = f"a {m.framework} method (planning for {framework}: --framework {m.framework})"
     elif not usable:
         row.unusable = "one machine only"
     return row
+
+
+def _misfit(mem: memory.RankMemory, ranks_per_node: int, hw: Hardware) -> tuple[str, str]:
+    """("GPU" or "host", why it does not fit), or ("", "") when it fits. The host's share is stated in full because
+    it is what a "no" beside a small GPU total means, and because the host memory may be this machine's, not the
+    planned one's."""
+    if mem.total > hw.usable_bytes:
+        return "GPU", f"needs {_gib(mem.total)} per GPU, {_gib(hw.usable_bytes)} usable"
+    need, usable = mem.host * ranks_per_node, hw.usable_host_bytes
+    if usable is None or need <= usable:
+        return "", ""
+    mine = " (this machine's: give --host-mem for the machine you plan for)" if hw.host_from == "this machine" else ""
+    return "host", (f"offloaded state needs {_gib(need)} of host memory per node ({ranks_per_node} ranks × "
+                    f"{mem.host / GIB:.3g} GiB), {_gib(usable)} usable of {hw.host_mem_gib:.3g} GiB{mine}")
 
 
 def _key(row: Row, hw: Hardware, order: int, speed: float | None = None) -> tuple:
@@ -200,10 +222,8 @@ def _reason(row: Row, hw: Hardware, tied: list[Row] | None = None) -> str:
         parts.append(f"not usable here: {row.unusable}")
     elif row.fits:
         parts.append(f"fits: {_gib(mem.total)} of {_gib(hw.usable_bytes)} usable per GPU")
-    elif mem.total > hw.usable_bytes:
-        parts.append(f"does not fit: needs {_gib(mem.total)} per GPU, {_gib(hw.usable_bytes)} usable")
     else:
-        parts.append("does not fit: " + row.notes[-1])
+        parts.append(f"does not fit: {row.misfit}")
     if mem.activations is None:
         parts.append("activations not counted")
     if mem.host:
@@ -266,7 +286,7 @@ def advise(model: ModelSpec, hw: Hardware, plan: memory.Plan, *, framework: str 
                   "shapes_known": model.shapes is not None},
         "plan": {"gpus_per_node": hw.gpus, "nodes": hw.nodes, "gpu_mem_gib": hw.gpu_mem_gib,
                  "usable_bytes_per_gpu": hw.usable_bytes, "hardware_from": hw.source,
-                 "host_mem_gib": hw.host_mem_gib,
+                 "host_mem_gib": hw.host_mem_gib, "host_mem_from": hw.host_from,
                  "interconnect": {"name": hw.link.name, "gbps": hw.link.gbps}, "precision": plan.precision,
                  "optimizer": plan.optimizer, "micro_batch": plan.micro_batch,
                  "seq_len": plan.seq_len or (model.transformer.seq_len if model.transformer else None),

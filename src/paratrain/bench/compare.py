@@ -18,7 +18,7 @@ from paratrain import __version__
 from paratrain.bench import equivalence
 from paratrain.bench.runner import CellSpec, run_cell
 from paratrain.errors import ConfigError
-from paratrain.launcher.config import DEFAULT_CONFIG
+from paratrain.launcher.config import DEFAULT_CONFIG, script_path
 from paratrain.launcher.threads import available_cores
 from paratrain.strategies import registry
 from paratrain.strategies.base import Launcher, format_spec
@@ -71,8 +71,8 @@ class CompareSettings:
             options.given({"precision": self.precision})
         if self.scaling not in ("strong", "weak"):
             raise ConfigError(f'--scaling "{self.scaling}" must be strong or weak')
-        if self.script is not None and not Path(self.script).is_file():
-            raise ConfigError(f"script {self.script} does not exist", hint="give the path of a Session-based script")
+        if self.script is not None:
+            script_path(self.script, hint="give the path of a Session-based or Keras script")
         if self.script is not None:
             _config_file()  # its checkpoint_dir is refused here, before anything is written
 
@@ -172,9 +172,20 @@ def default_nproc() -> list[int]:
     return sorted({1, gpus}) if gpus else [1, 2]
 
 
-def default_strategies() -> list[str]:
-    """Every method in the registry; those that cannot run here become 'unavailable' rows."""
-    return [spec for m, e in registry.REGISTRY.items() for spec in (e.compare_specs or (str(m),))]
+def default_strategies(framework: str | None = None) -> list[str]:
+    """Every method in the registry (of ``framework`` when given); those that cannot run here become 'unavailable'
+    rows."""
+    return [spec for m, e in registry.REGISTRY.items() if framework in (None, e.framework)
+            for spec in (e.compare_specs or (str(m),))]
+
+
+def strategies(settings: CompareSettings) -> list[str]:
+    """The methods compared: those asked for; by default every method for a bundled workload (it has a Keras twin),
+    and for a --script the methods of its framework only — a Keras script is not measured against eight torch rows
+    that could never run it, nor a Session script against the TensorFlow ones."""
+    if settings.strategies:
+        return settings.strategies
+    return default_strategies(script_framework(settings.script) if settings.script else None)
 
 
 def script_framework(script: str) -> str:
@@ -202,7 +213,7 @@ def _framework_mismatch(settings: CompareSettings, framework: str) -> str | None
 
 def plan_cells(settings: CompareSettings) -> list[Cell]:
     """Every (method, world size) to run, plus one 'unavailable' row per method that cannot run here."""
-    names = settings.strategies or default_strategies()
+    names = strategies(settings)
     script, args = _script_args(settings)  # the same training for every cell
     cells: list[Cell] = []
     for spec in names:
@@ -351,7 +362,7 @@ def _settings_dict(settings: CompareSettings, workload: Workload | None) -> dict
     return {
         "workload": workload.name if workload else None,
         "script": settings.script, "script_args": settings.script_args,
-        "strategies": settings.strategies or default_strategies(), "nproc": settings.nproc,
+        "strategies": strategies(settings), "nproc": settings.nproc,
         "steps": settings.steps or (workload.steps if workload else None),
         "warmup": settings.warmup, "repeat": settings.repeat, "scaling": settings.scaling,
         "global_batch": workload.global_batch if workload else None,
@@ -379,8 +390,7 @@ def finalize(results: dict[str, Any]) -> None:
         cell.setdefault("extra", {})
         cell.setdefault("peak_mem_kind", "rss")
     ok = [c for c in cells if c["status"] == "ok" and c.get("losses")]
-    ref = next((c for c in ok if c["strategy"] == "single" and c["nproc"] == 1), None)
-    ref = ref or next((c for c in ok if c["nproc"] == 1), None)
+    ref = reference_cell(ok)
     weak = results["settings"]["scaling"] == "weak"
     precision = results["settings"].get("precision") or "fp32"
     results["tolerance"] = EQUIVALENCE_TOL if precision == "fp32" else EQUIVALENCE_TOL_16BIT
@@ -402,6 +412,20 @@ def finalize(results: dict[str, Any]) -> None:
     equivalence.judge(results, ref if results["reference"] else None)
     results["cross_framework"] = _cross_framework(ok, ref if results["reference"] else None)
     results.setdefault("recommendation", None)
+
+
+def reference_cell(ok: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The cell every other is measured against: single×1; else a torch one-process cell (a run without single);
+    else mirrored×1, TensorFlow's one process on one device (a Keras script); else any one-process cell."""
+    def rank(cell: dict[str, Any]) -> int:
+        if cell["strategy"] == "single":
+            return 0
+        if cell.get("framework", "torch") == "torch":
+            return 1
+        return 2 if cell["strategy"] == "mirrored" else 3
+
+    one = [c for c in ok if c["nproc"] == 1]
+    return min(one, key=rank) if one else None  # the first of the best rank: cells keep the order asked for
 
 
 def _cross_framework(ok: list[dict[str, Any]], ref: dict[str, Any] | None) -> dict[str, Any] | None:

@@ -274,8 +274,9 @@ def recommend(results: dict[str, Any]) -> dict[str, Any]:
     else:
         lines.append("No recommendation: no method finished; the reasons are below.")
     if ok and base is None:
+        one = "mirrored" if all(c.get("framework") == "tensorflow" for c in ok) else "single"
         lines.append("No single-process reference finished, so speed-ups and loss equivalence are not measured "
-                     "against one process; include `single` with --nproc 1 to get them.")
+                     f"against one process; include `{one}` with --nproc 1 to get them.")
     lines += [_other_line(c, win, ref_key) for c in ok if c is not win]
     if win is not None:
         lines += _memory_lines(ok, win)

@@ -52,6 +52,38 @@ def _g(n: float | None) -> str:
     return "?" if n is None else _num(n / (1 << 30))
 
 
+def _host_words(plan: dict) -> str:
+    """The host memory offloaded state is checked against, and whose it is: by default this machine's, which is
+    not the machine being planned when --gpus/--gpu-mem describe another."""
+    if plan.get("host_mem_gib") is None:
+        return ""
+    whose = " (this machine's; --host-mem)" if plan.get("host_mem_from") == "this machine" else ""
+    return f"; host memory {plan['host_mem_gib']:.3g} GiB per node{whose}"
+
+
+def _fits_cell(row: dict) -> str:
+    """yes / no (GPU) / no (host) / n/a: a "no" says which memory is short, the lines under the table say by how
+    much (an offloaded method's GPU total is small, so a bare "no" beside it read as a mistake)."""
+    if not row["usable"]:
+        return "n/a"
+    if row["fits"]:
+        return "[green]yes[/]"
+    return f"[red]no ({row.get('short_of') or 'GPU'})[/]"
+
+
+def _fit_lines(rows: list[dict]) -> list[str]:
+    """Why a row says "no (host)" or "n/a", one line per reason. "no (GPU)" needs none: its total is above the
+    usable memory in the title."""
+    lines = [f"no (host) {row['label']}: {row['does_not_fit_because']}" for row in rows
+             if row["usable"] and row.get("short_of") == "host"]
+    unusable: dict[str, list[str]] = {}
+    for row in rows:
+        if not row["usable"]:
+            unusable.setdefault(row["unusable_because"] or "not usable here", []).append(row["label"])
+    lines += [f"n/a {', '.join(labels)}: {why}" for why, labels in unusable.items()]
+    return lines
+
+
 def _render(result: dict) -> None:
     plan, model = result["plan"], result["model"]
     out = console.out
@@ -61,9 +93,10 @@ def _render(result: dict) -> None:
               f"{plan['gpu_mem_gib']:.3g} GiB each (from {plan['hardware_from']}), {escape(link['name'])} "
               f"{link['gbps']:.3g} GB/s; {plan['precision']}, {plan['optimizer']}, micro-batch {plan['micro_batch']}"
               + (f", sequence {plan['seq_len']}" if plan["seq_len"] else "")
-              + (", activation checkpointing" if plan["checkpointing"] else ""), highlight=False)
-    mem = Table(title="Memory per GPU in GiB, busiest rank (act: activations, buf: working buffers, host: offloaded)",
-                title_justify="left", box=box.SIMPLE_HEAD)
+              + (", activation checkpointing" if plan["checkpointing"] else "") + _host_words(plan), highlight=False)
+    usable = plan["usable_bytes_per_gpu"] / (1 << 30)
+    mem = Table(title=f"Memory per GPU in GiB ({usable:.3g} usable), busiest rank (act: activations, buf: working "
+                "buffers, host: offloaded, per rank)", title_justify="left", box=box.SIMPLE_HEAD)
     for col in ("method", "params", "grads", "optim", "act", "buf", "total", "host", "fits"):
         mem.add_column(col, justify="left" if col == "method" else "right", no_wrap=col == "method")
     how = Table(title="How each one runs (GB sent per rank per optimizer step, and ms for it on the link)",
@@ -74,7 +107,7 @@ def _render(result: dict) -> None:
     for row in result["methods"]:
         b = row["per_rank_bytes"]
         name = escape(row["label"]) if row["runnable"] else f"[dim]{escape(row['label'])}*[/]"
-        fits = "n/a" if not row["usable"] else ("[green]yes[/]" if row["fits"] else "[red]no[/]")
+        fits = _fits_cell(row)
         mem.add_row(name, _g(b["params"]), _g(b["grads"]), _g(b["optimizer"]), _g(b["activations"]),
                     _g(b["buffers"]), _g(b["total"]), _g(b["host"]), fits)
         measured = row["measured"]
@@ -83,6 +116,8 @@ def _render(result: dict) -> None:
                     _num(row["comm_bytes_per_step"] / 1e9), _num(row["comm_s_per_step"] * 1e3),
                     f"{measured['key']} {measured['speedup']:.2f}×" if measured else "")
     out.print(mem)
+    for line in _fit_lines(result["methods"]):
+        out.print(f"[dim]{escape(line)}[/]", highlight=False)
     out.print(how)
     out.print("[dim]ds = deepspeed, +off = offload (o: optimizer), sharded: p params, g gradients, o optimizer "
               "state; * not runnable by this version of paratrain yet (`paratrain strategies`).[/]")

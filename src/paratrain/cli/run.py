@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable
+from pathlib import Path
 
 import typer
 
@@ -100,6 +101,7 @@ def run(
              "script": script, "args": list(args or [])}
     values = {**slurm_defaults(os.environ), **load_config(config)}  # a SLURM allocation < paratrain.toml < flags
     settings = merge(values, flags)
+    _note_flags_after_script(settings.script, settings.args)
     if _launches_torchrun(settings.strategy):
         _import_torch_quietly(bool(settings.verbose))
     plan = build_plan(settings)
@@ -124,6 +126,39 @@ def run(
     # Run the job once the command line is parsed, from main() rather than from inside click's call stack:
     # torchrun's rendezvous calls inspect.stack() for every event it logs, and each extra frame costs start-up.
     return lambda: execute(plan)
+
+
+def _our_long_flags() -> set[str]:
+    """Every long flag of `paratrain run` (``--dry-run``, ``--no-sync-batchnorm``, …), from its own signature."""
+    import inspect
+
+    flags = set()
+    for param in inspect.signature(run).parameters.values():
+        for decl in getattr(param.default, "param_decls", None) or ():
+            flags.update(f for f in decl.split("/") if f.startswith("--"))
+    return flags
+
+
+def _note_flags_after_script(script: str | None, args: list[str]) -> None:
+    """One line when a flag of paratrain's follows the script (``train.py --dry-run``): it still goes to the script,
+    as everything after the script does, but the user probably meant it for paratrain (a --dry-run there runs the
+    job). Flags the script's own text mentions (``--seed`` in its argparse, or ``dry_run``) are its own: no note."""
+    if not script or not args:
+        return
+    ours = _our_long_flags()
+    given = list(dict.fromkeys(a.split("=", 1)[0] for a in args if a.split("=", 1)[0] in ours))
+    if not given:
+        return
+    try:
+        text = Path(script).read_text(errors="replace")
+    except OSError:
+        return
+    theirs = [f for f in given if f not in text and f[2:].replace("-", "_") not in text]
+    if theirs:
+        name = Path(script).name
+        goes, it = ("go", "them") if len(theirs) > 1 else ("goes", "it")
+        console.notice(f"{', '.join(theirs)} after {name} {goes} to {name}, not to paratrain (everything after the "
+                       f"script is the script's); put {it} before {name} to give {it} to paratrain")
 
 
 def _launches_torchrun(spec: str) -> bool:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import dataclasses
+import json
 import sys
+import types
+import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -91,6 +94,59 @@ class RunConfig:
 
 
 FILE_KEYS = {f.name for f in dataclasses.fields(RunConfig)} - {"script", "args"}
+# What a TOML value of each type is called in an error (bool before int: True is an int to Python, not to TOML).
+TYPE_WORDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+
+
+def _allowed_types(key: str) -> tuple[type, ...]:
+    """The Python types RunConfig accepts for ``key``, from its annotation (``int | None`` → ``(int,)``)."""
+    hint = typing.get_type_hints(RunConfig)[key]
+    args = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+    return tuple(a for a in args if a is not type(None))
+
+
+def _is_a(value: Any, kind: type) -> bool:
+    """TOML's types, not Python's: a bool is not an integer, and an integer is a number (``timeout = 120``)."""
+    if isinstance(value, bool):
+        return kind is bool
+    if kind is float:
+        return isinstance(value, (int, float))
+    return isinstance(value, kind)
+
+
+def _toml_text(value: Any) -> str:
+    """The value as it was written in the file (near enough): ``"two"``, ``true``, ``[1, 2]``."""
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except TypeError:
+        return str(value)
+
+
+def check_types(file: Path, values: dict[str, Any]) -> None:
+    """A value of the wrong type is named here, with its key and the type expected, instead of surfacing later as
+    a comparison between a string and an integer deep inside the launcher."""
+    for key, value in values.items():
+        allowed = _allowed_types(key)
+        if any(_is_a(value, kind) for kind in allowed):
+            continue
+        expected = " or ".join(TYPE_WORDS.get(kind, kind.__name__) for kind in allowed)
+        quoted = isinstance(value, str) and not any(kind is str for kind in allowed)
+        raise ConfigError(f"{file}: {key} = {_toml_text(value)} must be {expected}",
+                          hint="write numbers and true/false without quotes" if quoted else None)
+
+
+def script_path(script: str, hint: str) -> Path:
+    """The training script as a path, or the one-line reason it cannot be one: missing, or a folder (a folder
+    "does not exist" would send the user looking for a typo in a path that is there)."""
+    path = Path(script)
+    if path.is_dir():
+        found = sorted(str(p) for p in path.glob("*.py"))
+        listed = f"{', '.join(found[:3])}{', …' if len(found) > 3 else ''}"
+        raise ConfigError(f"script {script} is a directory, not a script",
+                          hint=f"give the Python file in it that trains ({listed})" if found else hint)
+    if not path.is_file():
+        raise ConfigError(f"script {script} does not exist", hint=hint)
+    return path
 
 
 def load_config(path: str | None) -> dict[str, Any]:
@@ -110,6 +166,7 @@ def load_config(path: str | None) -> dict[str, Any]:
         if key not in FILE_KEYS:
             raise ConfigError(f'{file}: unknown key "{key}".{did_you_mean(key, FILE_KEYS)}',
                               hint=f"allowed: {', '.join(sorted(FILE_KEYS))}")
+    check_types(file, values)
     return values
 
 

@@ -35,7 +35,7 @@ from paratrain.distenv import (
 )
 from paratrain.errors import ConfigError, LaunchError
 from paratrain.launcher import notes as notes_
-from paratrain.launcher.config import RunConfig
+from paratrain.launcher.config import RunConfig, script_path
 from paratrain.launcher.threads import ThreadChoice, choose_threads, oversubscribed
 from paratrain.launcher.torch_import import load_torch
 from paratrain.launcher.watchdog import Watchdog, explain_timeout
@@ -163,9 +163,7 @@ def build_plan(config: RunConfig) -> LaunchPlan:
         raise ConfigError("no script given", hint="paratrain run --strategy ddp --nproc 2 train.py")
     if config.script.startswith("-"):
         raise ConfigError(f"no such option: {config.script}", hint="see `paratrain run --help`")
-    script = Path(config.script)
-    if not script.is_file():
-        raise ConfigError(f"script {script} does not exist", hint="give the path of your training script")
+    script = script_path(config.script, hint="give the path of your training script")
     _check_compiles(script)
     info = registry.info(cls.method)
     spec = format_spec(cls.method, options)

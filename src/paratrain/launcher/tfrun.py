@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from paratrain.distenv import NPROC_VAR, STRATEGY_VAR, TF_CONFIG_VAR
+from paratrain.distenv import NPROC_VAR, QUIET_TF_VAR, STRATEGY_VAR, TF_CONFIG_VAR
 from paratrain.errors import ConfigError, LaunchError
 from paratrain.launcher import notes as notes_
 
@@ -62,6 +62,7 @@ def build(config: RunConfig, cls: Any, options: Any, env: dict[str, str], script
                 "TF_NUM_INTRAOP_THREADS": str(threads.threads)})
     if not config.verbose:
         env.setdefault("TF_CPP_MIN_LOG_LEVEL", os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
+        env[QUIET_TF_VAR] = "1"  # and the lines that level does not reach (launcher/tf_import.py)
     if method == "multiworker":
         # Keras 3's fit fails under MultiWorkerMirroredStrategy (keras-team/keras#20585); tf_keras works.
         env.setdefault("TF_USE_LEGACY_KERAS", os.environ.get("TF_USE_LEGACY_KERAS", "1"))

@@ -1,0 +1,102 @@
+"""Import TensorFlow without its start-up log lines, in the workers of a quiet TensorFlow launch.
+
+`import tensorflow` (2.21) writes, from C++ and before anything a script can configure:
+
+    WARNING: All log messages before absl::InitializeLog() is called are written to STDERR
+    I0000 00:00:1796398829.889742    3036 port.cc:153] oneDNN custom operations are on. You may see ...
+
+and it writes them twice: two of its shared libraries (``libtensorflow_framework.so.2`` and the profiler's
+``_pywrap_profiler_plugin.so``) each carry their own copy of absl's logging and of the code that prints them, and
+both load during the import. ``TF_CPP_MIN_LOG_LEVEL=2``, which the launcher sets, does not
+reach them (absl logs everything to stderr until it is initialised), so a 2-worker job printed four of them around
+the script's output. Turning oneDNN off (``TF_ENABLE_ONEDNN_OPTS=0``) would silence one and change the numerics.
+
+So in a quiet launch (no ``--verbose``) the worker runs the import of tensorflow with file descriptor 2 pointed at
+a temporary file, then writes back everything the import wrote except absl's INFO and WARNING lines and that
+notice — what ``TF_CPP_MIN_LOG_LEVEL=2`` means to hide. Errors (``E…``/``F…`` lines), Python warnings and a failing
+import's traceback come through unchanged. As for torch (:mod:`paratrain.launcher.torch_import`), the hook waits
+for the script's own ``import tensorflow``, so environment variables the script sets before it still count.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Iterator
+from types import ModuleType
+
+# absl's prefix: severity, MMDD hh:mm:ss.micro, thread id, file:line] — I(nfo) and W(arning) are start-up noise.
+# Before absl is initialised the date is 0000 and the clock 00:00:<seconds since the epoch>.
+_ABSL_QUIET = re.compile(rb"^[IW]\d{4} \d\d:\d\d:\d+\.\d+\s+\d+ \S+:\d+\] ")
+_NOTICES = (b"WARNING: All log messages before absl::InitializeLog() is called are written to STDERR",
+            b"To enable the following instructions:")  # cpu_feature_guard's second line, when INFO is shown
+
+
+def is_noise(line: bytes) -> bool:
+    """Whether a line TensorFlow wrote while being imported is start-up chatter (absl INFO/WARNING, its notice)."""
+    return bool(_ABSL_QUIET.match(line)) or line.startswith(_NOTICES)
+
+
+def without_noise(text: bytes) -> bytes:
+    return b"".join(line for line in text.splitlines(keepends=True) if not is_noise(line))
+
+
+@contextlib.contextmanager
+def quiet_stderr() -> Iterator[None]:
+    """Run the block with fd 2 in a temporary file, then write what it held back to stderr, less the noise."""
+    with contextlib.suppress(Exception):
+        sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(Exception):
+                sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            kept = without_noise(held.read())
+            if kept:
+                os.write(2, kept)
+
+
+class _TensorFlowFinder(importlib.abc.MetaPathFinder):
+    """Finds tensorflow as Python would, and runs its import under :func:`quiet_stderr`. Used once, then gone."""
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> importlib.machinery.ModuleSpec | None:
+        if name != "tensorflow":
+            return None
+        uninstall()
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        execute = spec.loader.exec_module
+
+        def exec_module(module: ModuleType) -> None:
+            with quiet_stderr():
+                execute(module)
+
+        spec.loader.exec_module = exec_module  # this spec's own loader object, not TensorFlow's loader class
+        return spec
+
+
+_finder = _TensorFlowFinder()
+
+
+def install() -> None:
+    """In a worker of a quiet TensorFlow launch, before the script runs."""
+    if "tensorflow" not in sys.modules and _finder not in sys.meta_path:
+        sys.meta_path.insert(0, _finder)
+
+
+def uninstall() -> None:
+    if _finder in sys.meta_path:
+        sys.meta_path.remove(_finder)
