@@ -158,11 +158,11 @@ class Session:
             self._strategy.precision = opts.precision
             self._strategy.train = opts
             wrapped, optimizer = self._strategy.wrap(model, optimizer)
-        if opts.precision not in self._strategy.native_precision:
-            amp.apply(wrapped, opts.precision, self.device)
+        native = opts.precision in self._strategy.native_precision
+        amp.apply(wrapped, opts.precision, self.device, autocast=not native)
         if opts.compile_backend is not None:
             wrapped.compile(backend=opts.compile_backend)  # in place: state dict keys stay the user's
-        self._scaler = amp.scaler(opts.precision, self.device)
+        self._scaler = amp.scaler(opts.precision, self.device, native=native)
         if wrapped is not model:  # DDP/DP wrappers: a forward through the user's own module would skip the sync
             self._used["model"] = False
             self._use_hook = wrapped.register_forward_pre_hook(lambda *_: self._used.__setitem__("model", True))

@@ -58,7 +58,11 @@ class DeepSpeedStrategy(Strategy, BackwardSyncControl):
     options_type = DeepSpeedOptions
     options: DeepSpeedOptions
     supported_precision = frozenset({"fp32", "bf16-mixed", "fp16-mixed"})
-    native_precision = frozenset({"fp32", "bf16-mixed", "fp16-mixed"})  # DeepSpeed's own bf16/fp16 modes
+    # The mixed precisions run as DeepSpeed's torch_autocast (fp32 weights; the engine turns off any autocast
+    # around its forward, so the Session's cannot be used) with DeepSpeed's own loss scaler under fp16; not its
+    # bf16/fp16 modes, which cast parameters but keep fp32 buffers, so an fp32 buffer made the activations fp32 and
+    # the next bf16 LayerNorm failed on a CPU (see deepspeed_config and paratrain.precision).
+    native_precision = frozenset({"fp32", "bf16-mixed", "fp16-mixed"})
     compilable = False
     clips_gradients = True  # ZeRO owns the gradients: "gradient_clipping" from the grad_clip option
 
