@@ -6,6 +6,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from paratrain import fastpath
 from paratrain import precision as amp
 
 
@@ -29,6 +30,15 @@ def test_a_bf16_mixed_evaluation_with_a_padding_mask_runs_on_cpu_and_restores_th
         out = model(x, src_key_padding_mask=pad)  # the fused kernel under CPU autocast failed on mixed dtypes
     assert out.dtype == torch.float32 and torch.isfinite(out[~pad]).all()
     assert torch.backends.mha.get_fastpath_enabled()
+
+
+def test_nested_tensors_go_off_only_where_the_attention_is_hooked():
+    model = nn.ModuleDict({"hooked": _encoder(), "layer_only": _encoder(), "plain": _encoder()})
+    model["hooked"].layers[1].self_attn.register_forward_pre_hook(lambda *_: None)
+    model["layer_only"].layers[0].register_forward_pre_hook(lambda *_: None)  # FSDP's units: attention untouched
+    assert fastpath.turn_off_nested_tensor(model) == ["hooked"]
+    assert [model[k].use_nested_tensor for k in ("hooked", "layer_only", "plain")] == [False, True, True]
+    assert fastpath.turn_off_nested_tensor(model) == []  # said once
 
 
 def test_the_padded_path_gives_what_the_nested_one_gives():
