@@ -48,3 +48,13 @@ def test_a_json_disagreeing_with_the_precision_is_an_error_naming_both(precision
     key = next(iter(user))
     with pytest.raises(ConfigError, match=f'sets "{key}".*disagrees with --precision {precision}'):
         _build(precision, user)
+
+
+def test_fp16_with_clipping_under_zero_is_refused_as_deepspeed_would_clip_the_scaled_gradients():
+    from paratrain.strategies.deepspeed import DeepSpeedOptions, DeepSpeedStrategy
+
+    clipped = TrainOptions(precision="fp16-mixed", grad_clip=1.0)
+    with pytest.raises(ConfigError, match="ZeRO-2 with fp16-mixed would clip the loss-scaled gradients"):
+        DeepSpeedStrategy.final_config(DeepSpeedOptions(zero_stage=2), clipped)
+    assert DeepSpeedStrategy.final_config(DeepSpeedOptions(zero_stage=0), clipped)["gradient_clipping"] == 1.0
+    assert DeepSpeedStrategy.final_config(DeepSpeedOptions(zero_stage=3), TrainOptions(precision="fp16-mixed"))
