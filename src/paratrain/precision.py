@@ -1,11 +1,20 @@
-"""Numeric precision, applied the same way under every method that does not bring its own.
+"""Numeric precision, applied the same way under every method.
 
-``bf16-mixed`` / ``fp16-mixed`` run the model's forward under ``torch.autocast`` (the outermost module's forward,
-so DDP's and DataParallel's own work is inside it, as torch's AMP recipe for them says) and hand back fp32 outputs,
-so a loss computed outside the model is computed in fp32 under every method. ``fp16-mixed`` adds a gradient scaler
-(fp16's range is too small for small gradients). ``bf16-true`` casts the model itself, and floating inputs with it.
-A method with a native policy (FSDP's ``MixedPrecisionPolicy``) applies it itself: see
-``Strategy.native_precision``.
+``bf16-mixed`` / ``fp16-mixed`` run the model's forward under ``torch.autocast`` with the weights kept in fp32 (the
+outermost module's forward, so DDP's and DataParallel's own work is inside it, as torch's AMP recipe for them says)
+and hand back fp32 outputs, so a loss computed outside the model is computed in fp32 under every method.
+``fp16-mixed`` adds a gradient scaler (fp16's range is too small for small gradients). ``bf16-true`` casts the
+model itself, and floating inputs with it.
+
+A method whose engine runs autocast itself (DeepSpeed's ``torch_autocast``, which disables any autocast around its
+forward) lists the precision in ``Strategy.native_precision``: then only the fp32 outputs and the fast-path guard
+are added here, and the engine keeps its own scaler.
+
+Why autocast with fp32 weights everywhere, and not a method's 16-bit weights (FSDP2's ``MixedPrecisionPolicy``,
+DeepSpeed's ``bf16`` mode): those cast the parameters but not the buffers (nor tensors the forward makes), so an
+fp32 buffer such as a sinusoidal position table turns the activations fp32, and the next LayerNorm, whose weights
+are bf16, fails on a CPU ("mixed dtype (CPU): expect parameter to have scalar type of Float"); and they compute
+LayerNorm, softmax and the residual stream in bf16, a different training from the other methods'.
 """
 
 from __future__ import annotations
@@ -17,6 +26,7 @@ import torch
 from torch.utils._pytree import tree_map
 
 from paratrain.errors import ConfigError
+from paratrain.fastpath import without_fastpath
 
 
 def check_supported(precision: str, device: torch.device) -> None:
@@ -39,8 +49,10 @@ def _cast(dtype: torch.dtype):
     return cast
 
 
-def apply(model: torch.nn.Module, precision: str, device: torch.device) -> None:
-    """Make ``model(...)`` run in ``precision``: patches the instance's ``forward`` (state dict keys unchanged)."""
+def apply(model: torch.nn.Module, precision: str, device: torch.device, *, autocast: bool = True) -> None:
+    """Make ``model(...)`` run in ``precision``: patches the instance's ``forward`` (state dict keys unchanged).
+
+    ``autocast=False``: the method's engine runs autocast itself; outputs are still handed back in fp32."""
     if precision == "fp32":
         return
     original = model.forward
@@ -57,12 +69,13 @@ def apply(model: torch.nn.Module, precision: str, device: torch.device) -> None:
 
         @functools.wraps(original)
         def forward(*args: Any, **kwargs: Any) -> Any:
-            with torch.autocast(device.type, dtype=dtype):
+            with torch.autocast(device.type, dtype=dtype, enabled=autocast), without_fastpath():
                 out = original(*args, **kwargs)
             return tree_map(to_fp32, out)
     model.forward = forward
 
 
-def scaler(precision: str, device: torch.device) -> torch.amp.GradScaler | None:
-    """fp16-mixed's loss scaler (its state is saved in checkpoints); None for every other precision."""
-    return torch.amp.GradScaler(device.type) if precision == "fp16-mixed" else None
+def scaler(precision: str, device: torch.device, *, native: bool = False) -> torch.amp.GradScaler | None:
+    """fp16-mixed's loss scaler (its state is saved in checkpoints); None for every other precision, and for a
+    method that scales inside its engine (``native``)."""
+    return torch.amp.GradScaler(device.type) if precision == "fp16-mixed" and not native else None

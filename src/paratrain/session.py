@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import torch
 
-from paratrain import batchnorm, checkpoint, evaluation, metrics
+from paratrain import batchnorm, checkpoint, evaluation, fastpath, metrics
 from paratrain import options as train_options
 from paratrain import precision as amp
 from paratrain.console import notice, user_print
@@ -158,11 +158,15 @@ class Session:
             self._strategy.precision = opts.precision
             self._strategy.train = opts
             wrapped, optimizer = self._strategy.wrap(model, optimizer)
-        if opts.precision not in self._strategy.native_precision:
-            amp.apply(wrapped, opts.precision, self.device)
+        native = opts.precision in self._strategy.native_precision
+        amp.apply(wrapped, opts.precision, self.device, autocast=not native)
+        if names := fastpath.turn_off_nested_tensor(self._strategy.unwrap(wrapped)):
+            notice(f"{self._strategy.method} hooks the attention in {', '.join(n or 'the model' for n in names)} "
+                   "(nn.TransformerEncoder), which then cannot take torch's nested-tensor fast path: turned nested "
+                   "tensors off there (use_nested_tensor=False); evaluation takes the ordinary padded path")
         if opts.compile_backend is not None:
             wrapped.compile(backend=opts.compile_backend)  # in place: state dict keys stay the user's
-        self._scaler = amp.scaler(opts.precision, self.device)
+        self._scaler = amp.scaler(opts.precision, self.device, native=native)
         if wrapped is not model:  # DDP/DP wrappers: a forward through the user's own module would skip the sync
             self._used["model"] = False
             self._use_hook = wrapped.register_forward_pre_hook(lambda *_: self._used.__setitem__("model", True))

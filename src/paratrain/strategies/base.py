@@ -167,8 +167,9 @@ class Strategy(ABC):
 
     method: ClassVar[Method]
     options_type: ClassVar[type[StrategyOptions]] = NoOptions
-    # Training-option abilities (see paratrain.options): the precisions this method can train in, those its wrap()
-    # applies itself (the Session applies the others with autocast), and whether torch.compile works on it.
+    # Training-option abilities (see paratrain.options): the precisions this method can train in, those its engine
+    # applies itself (autocast and any loss scaler; the Session applies the others with its autocast, and hands back
+    # fp32 outputs for all), and whether torch.compile works on it.
     supported_precision: ClassVar[frozenset[str]] = frozenset({"fp32", "bf16-mixed", "fp16-mixed", "bf16-true"})
     native_precision: ClassVar[frozenset[str]] = frozenset({"fp32"})
     compilable: ClassVar[bool] = True

@@ -58,7 +58,11 @@ class DeepSpeedStrategy(Strategy, BackwardSyncControl):
     options_type = DeepSpeedOptions
     options: DeepSpeedOptions
     supported_precision = frozenset({"fp32", "bf16-mixed", "fp16-mixed"})
-    native_precision = frozenset({"fp32", "bf16-mixed", "fp16-mixed"})  # DeepSpeed's own bf16/fp16 modes
+    # The mixed precisions run as DeepSpeed's torch_autocast (fp32 weights; the engine turns off any autocast
+    # around its forward, so the Session's cannot be used) with DeepSpeed's own loss scaler under fp16; not its
+    # bf16/fp16 modes, which cast parameters but keep fp32 buffers, so an fp32 buffer made the activations fp32 and
+    # the next bf16 LayerNorm failed on a CPU (see deepspeed_config and paratrain.precision).
+    native_precision = frozenset({"fp32", "bf16-mixed", "fp16-mixed"})
     compilable = False
     clips_gradients = True  # ZeRO owns the gradients: "gradient_clipping" from the grad_clip option
 
@@ -97,6 +101,7 @@ class DeepSpeedStrategy(Strategy, BackwardSyncControl):
     @classmethod
     def final_config(cls, options: DeepSpeedOptions, train: Any) -> dict[str, Any]:
         """The config ``deepspeed.initialize`` gets (``paratrain run --dry-run`` prints it), validated."""
+        _check_scaled_clipping(options, train)
         user = ds_config.read_user_config(options.config) if options.config else {}
         config = ds_config.build(options.zero_stage, options.offload, user, train)
         ds_config.validate(config)
@@ -188,6 +193,17 @@ class DeepSpeedStrategy(Strategy, BackwardSyncControl):
     def teardown(self) -> None:
         self._engine = None
         _procgroup.leave(self.env.timeout_s)
+
+
+def _check_scaled_clipping(options: DeepSpeedOptions, train: Any) -> None:
+    """fp16-mixed with clipping under ZeRO 1–3 is refused: there DeepSpeed's torch_autocast scales the loss with a
+    GradScaler but clips before unscaling, so it clips the loss-scaled gradients (the norm is ~2^16 too large) and
+    trains another model, silently. Measured on this Transformer classifier: 6.5e-2 off one process's losses with
+    clipping, 2.2e-4 without (DeepSpeed 0.19.8; stage 0 unscales first and matches)."""
+    if train.precision == "fp16-mixed" and train.grad_clip and options.zero_stage > 0:
+        raise ConfigError(f"deepspeed ZeRO-{options.zero_stage} with fp16-mixed would clip the loss-scaled gradients "
+                          "(DeepSpeed's torch_autocast clips before it unscales)",
+                          hint="use bf16-mixed, drop --grad-clip, or deepspeed:zero0")
 
 
 def _is_native(script) -> bool:

@@ -22,7 +22,12 @@ from paratrain.errors import ConfigError, did_you_mean
 OWNED = {"train_batch_size": "the loader's batch_size (the global batch)",
          "train_micro_batch_size_per_gpu": "the loader's batch_size (the global batch)",
          "gradient_accumulation_steps": "--grad-accum", "gradient_clipping": "--grad-clip",
-         "bf16": "--precision", "fp16": "--precision"}
+         "bf16": "--precision", "fp16": "--precision", "torch_autocast": "--precision"}
+# DeepSpeed's precision sections: mixed precision is its torch_autocast (fp32 weights, autocast in the engine's
+# forward, as under every other method); its bf16/fp16 modes (16-bit weights) stay off. A user's "bf16"/"fp16"
+# section enabled for the same precision as --precision agrees with it (and is carried out as torch_autocast).
+PRECISION_KEYS = ("bf16", "fp16", "torch_autocast")
+AUTOCAST_DTYPE = {"bf16-mixed": "bfloat16", "fp16-mixed": "float16"}
 OWNED_ZERO = {"stage": "deepspeed:zero_stage=N", "offload_optimizer": "deepspeed:offload=optimizer",
               "offload_param": "deepspeed:offload=all"}
 NEVER_PRINT = 2**31 - 1  # steps_per_print: DeepSpeed's own per-step log lines stay out of the user's output
@@ -53,10 +58,11 @@ def build(zero_stage: int, offload: str, user: dict[str, Any], train: Any) -> di
         "train_micro_batch_size_per_gpu": 1,  # DeepSpeed's own loader is not used: the Session's loader batches
         "gradient_accumulation_steps": train.grad_accum,
         "gradient_clipping": float(train.grad_clip or 0.0),  # 0: never clip, as under every other method
-        "bf16": {"enabled": train.precision == "bf16-mixed"},
-        "fp16": {"enabled": train.precision == "fp16-mixed"},
+        "bf16": {"enabled": False},
+        "fp16": {"enabled": False},
+        "torch_autocast": _autocast(train.precision, user.get("torch_autocast")),
     }
-    _check_owned(user, ours, zero)
+    _check_owned(user, ours, zero, train.precision)
     merged = {"steps_per_print": NEVER_PRINT, "wall_clock_breakdown": False,
               # paratrain passes the user's torch optimizer; ZeRO wraps it (SGD and others included)
               "zero_allow_untested_optimizer": True, "zero_force_ds_cpu_optimizer": False,
@@ -65,23 +71,53 @@ def build(zero_stage: int, offload: str, user: dict[str, Any], train: Any) -> di
     return merged
 
 
-def _check_owned(user: dict[str, Any], ours: dict[str, Any], zero: dict[str, Any]) -> None:
+def _autocast(precision: str, theirs: Any) -> dict[str, Any]:
+    """The torch_autocast section: on for the mixed precisions. Gradients are reduced in fp32, as under every other
+    method (DeepSpeed's default reduces Linear/Conv gradients in the autocast dtype), unless the user's JSON names
+    its ``lower_precision_safe_modules`` — a communication choice, which is theirs."""
+    if precision not in AUTOCAST_DTYPE:
+        return {"enabled": False}
+    safe = theirs.get("lower_precision_safe_modules", []) if isinstance(theirs, dict) else []
+    return {"enabled": True, "dtype": AUTOCAST_DTYPE[precision], "lower_precision_safe_modules": safe}
+
+
+_DTYPE_NAMES = {"bfloat16": "bfloat16", "bf16": "bfloat16", "float16": "float16", "fp16": "float16",
+                "half": "float16"}
+
+
+def _precision_agrees(key: str, theirs: Any, precision: str) -> bool:
+    """A user's precision section agrees with --precision when it is on exactly for that precision (a
+    ``torch_autocast`` section with that dtype too); its other keys are then DeepSpeed tuning."""
+    if not isinstance(theirs, dict):
+        return False
+    enabled = bool(theirs.get("enabled", False))
+    if key != "torch_autocast":
+        return enabled == (precision == f"{key}-mixed")
+    wanted = AUTOCAST_DTYPE.get(precision)
+    return enabled == (wanted is not None) and (
+        not enabled or _DTYPE_NAMES.get(str(theirs.get("dtype", wanted))) == wanted)
+
+
+def _check_owned(user: dict[str, Any], ours: dict[str, Any], zero: dict[str, Any], precision: str) -> None:
     for key, owner in OWNED.items():
-        if key in user and user[key] != ours[key] and not (key in ("bf16", "fp16") and _same_enabled(user[key],
-                                                                                                   ours[key])):
-            raise ConfigError(f'the DeepSpeed config sets "{key}": {json.dumps(user[key])}, which paratrain sets '
-                              f"from {owner} ({json.dumps(ours[key])})",
-                              hint=f'remove "{key}" from the DeepSpeed JSON and use {owner}')
+        if key not in user or user[key] == ours[key]:
+            continue
+        if key in PRECISION_KEYS:
+            if not _precision_agrees(key, user[key], precision):
+                raise ConfigError(f'the DeepSpeed config sets "{key}": {json.dumps(user[key])}, which disagrees '
+                                  f"with --precision {precision}",
+                                  hint=f'remove "{key}" from the DeepSpeed JSON: --precision decides (its mixed '
+                                       "precisions run as DeepSpeed's torch_autocast, with fp32 weights)")
+            continue
+        raise ConfigError(f'the DeepSpeed config sets "{key}": {json.dumps(user[key])}, which paratrain sets '
+                          f"from {owner} ({json.dumps(ours[key])})",
+                          hint=f'remove "{key}" from the DeepSpeed JSON and use {owner}')
     for key, owner in OWNED_ZERO.items():
         given = (user.get("zero_optimization") or {}).get(key)
         if given is not None and given != zero.get(key):
             raise ConfigError(f'the DeepSpeed config sets "zero_optimization.{key}": {json.dumps(given)}, which '
                               f"paratrain sets from the method spec ({owner})",
                               hint=f'remove it from the JSON and write --strategy {owner}')
-
-
-def _same_enabled(theirs: Any, ours: dict[str, Any]) -> bool:
-    return isinstance(theirs, dict) and bool(theirs.get("enabled", False)) == ours["enabled"]
 
 
 class _Recording(dict):

@@ -38,10 +38,12 @@ class FSDPStrategy(Strategy, BackwardSyncControl):
     method = Method.FSDP
     options_type = FSDPOptions
     options: FSDPOptions
-    # bf16-mixed through FSDP's own policy (parameters gathered in bf16, gradients reduced in fp32); fp16 would
-    # need a sharded gradient scaler, which this version does not provide.
+    # bf16-mixed is the Session's autocast over fp32 shards (gathered and reduced in fp32), as under every other
+    # method — not FSDP's MixedPrecisionPolicy: that casts parameters but not buffers, so an fp32 buffer (a
+    # sinusoidal position table) made the activations fp32 and the next bf16 LayerNorm failed on a CPU, and it
+    # computes LayerNorm, softmax and the residual stream in bf16 (see paratrain.precision). fp16 would need a
+    # sharded gradient scaler, which this version does not provide.
     supported_precision = frozenset({"fp32", "bf16-mixed", "bf16-true"})
-    native_precision = frozenset({"fp32", "bf16-mixed"})
 
     @classmethod
     def available(cls) -> Availability:
@@ -71,7 +73,7 @@ class FSDPStrategy(Strategy, BackwardSyncControl):
 
     def wrap(self, model, optimizer):
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
-        from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
+        from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
 
         # The whole model never goes to the device: fully_shard moves one unit at a time and keeps only this
         # rank's shard there. Each rank's shard comes from its own initial values, so rank 0's (kept on the
@@ -79,9 +81,6 @@ class FSDPStrategy(Strategy, BackwardSyncControl):
         initial = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()} if self.rank == 0 else {}
         names = {id(p): n for n, p in model.named_parameters()}
         kwargs = {"mesh": self._mesh(), "reshard_after_forward": self.options.shard == "full"}
-        if self.precision == "bf16-mixed":  # fp32 outputs, as the Session's autocast gives the other methods
-            kwargs["mp_policy"] = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32,
-                                                       output_dtype=torch.float32)
         if self.options.offload == "cpu":
             kwargs["offload_policy"] = CPUOffloadPolicy()
         for module in model.modules():

@@ -1,0 +1,60 @@
+"""The precision part of the DeepSpeed config paratrain writes: mixed precision is DeepSpeed's torch_autocast (fp32
+weights, fp32 gradient reduction), never its bf16/fp16 weight modes; a user's JSON that says the same is accepted.
+In-process: the config is built and checked by DeepSpeed's own parser, nothing is started."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from paratrain.errors import ConfigError
+from paratrain.options import TrainOptions
+from paratrain.strategies import deepspeed_config as ds_config
+
+if os.environ.get("CI") != "true":  # in CI it must be there (make test installs it): a missing one fails
+    pytest.importorskip("deepspeed")
+
+
+def _build(precision: str, user: dict | None = None) -> dict:
+    config = ds_config.build(3, "none", user or {}, TrainOptions(precision=precision))
+    ds_config.validate(config)
+    return config
+
+
+@pytest.mark.parametrize(("precision", "dtype"), [("bf16-mixed", "bfloat16"), ("fp16-mixed", "float16")])
+def test_mixed_precision_is_deepspeeds_autocast_over_fp32_weights(precision, dtype):
+    config = _build(precision)
+    assert config["torch_autocast"] == {"enabled": True, "dtype": dtype, "lower_precision_safe_modules": []}
+    assert not config["bf16"]["enabled"] and not config["fp16"]["enabled"]
+    assert _build("fp32")["torch_autocast"] == {"enabled": False}
+
+
+def test_a_json_saying_the_same_precision_is_accepted_and_its_tuning_kept():
+    assert _build("bf16-mixed", {"bf16": {"enabled": True}})["torch_autocast"]["enabled"]
+    modules = ["torch.nn.Linear"]
+    config = _build("bf16-mixed", {"torch_autocast": {"enabled": True, "dtype": "bf16",
+                                                      "lower_precision_safe_modules": modules}})
+    assert config["torch_autocast"]["lower_precision_safe_modules"] == modules  # 16-bit reduction: theirs to ask
+
+
+@pytest.mark.parametrize(("precision", "user"), [
+    ("fp32", {"bf16": {"enabled": True}}),
+    ("bf16-mixed", {"fp16": {"enabled": True}}),
+    ("bf16-mixed", {"torch_autocast": {"enabled": True, "dtype": "float16"}}),
+    ("bf16-mixed", {"torch_autocast": {"enabled": False}}),
+])
+def test_a_json_disagreeing_with_the_precision_is_an_error_naming_both(precision, user):
+    key = next(iter(user))
+    with pytest.raises(ConfigError, match=f'sets "{key}".*disagrees with --precision {precision}'):
+        _build(precision, user)
+
+
+def test_fp16_with_clipping_under_zero_is_refused_as_deepspeed_would_clip_the_scaled_gradients():
+    from paratrain.strategies.deepspeed import DeepSpeedOptions, DeepSpeedStrategy
+
+    clipped = TrainOptions(precision="fp16-mixed", grad_clip=1.0)
+    with pytest.raises(ConfigError, match="ZeRO-2 with fp16-mixed would clip the loss-scaled gradients"):
+        DeepSpeedStrategy.final_config(DeepSpeedOptions(zero_stage=2), clipped)
+    assert DeepSpeedStrategy.final_config(DeepSpeedOptions(zero_stage=0), clipped)["gradient_clipping"] == 1.0
+    assert DeepSpeedStrategy.final_config(DeepSpeedOptions(zero_stage=3), TrainOptions(precision="fp16-mixed"))
