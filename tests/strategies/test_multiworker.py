@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tests.helpers.keras import TOL, diffs, plain, replicas, tf_env, under, weight_diff
-from tests.helpers.launch import EXAMPLES, check, paratrain
+from tests.helpers.launch import EXAMPLES, ROOT, check, paratrain
 from tests.helpers.requirements import requires
 
 pytestmark = [requires("tensorflow", "tf_keras"), pytest.mark.slow, pytest.mark.multiprocess]
@@ -17,8 +17,9 @@ def mse_ref(tmp_path_factory):
 
 
 def test_two_workers_match_one_process(tmp_path, mse_ref):
-    check(under("multiworker", 2, tmp_path / "mw", "--loss", "mse"))
+    proc = check(under("multiworker", 2, tmp_path / "mw", "--loss", "mse"))
     assert replicas(tmp_path / "mw") == 2
+    assert "multiworker × 2 processes, 2 replicas (CPU) finished in" in proc.stderr, proc.stderr
     loss, weight = diffs(mse_ref, tmp_path / "mw")
     assert loss <= TOL and weight <= TOL, (loss, weight)
 
@@ -42,3 +43,13 @@ def test_native_tf_config_script_runs_unchanged(tmp_path):
     proc = check(paratrain("run", "-s", "multiworker", "-n", "2", str(EXAMPLES / "handwritten" / "multiworker.py"),
                            "--epochs", "2", "--out", str(out), env=tf_env(), timeout=240))
     assert out.is_file() and '"workers": 2' in out.read_text(), proc.stdout
+
+
+def test_workers_without_a_multiworker_strategy_are_named_as_independent_copies():
+    """Each worker trained alone under TensorFlow's default strategy: not one multiworker job, and the line says so."""
+    script = ROOT / "tests" / "helpers" / "scripts" / "keras_own_mirrored.py"
+    proc = check(paratrain("run", "-s", "multiworker", "-n", "2", str(script), "--default", env=tf_env(), timeout=240))
+    assert proc.stdout.count("fit done") == 2, proc.stdout
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "2 independent copies of keras_own_mirrored.py ran (" in last and "not one multiworker job" in last, last
+    assert "never built a strategy spanning the workers" in last

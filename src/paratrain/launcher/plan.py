@@ -261,21 +261,52 @@ def execute(plan: LaunchPlan) -> int:
         finally:
             os.environ.pop(FAILURES_VAR, None)
         copies = _ran_independent_copies(plan, Path(notes))
+        done = notes_.by_rank(Path(notes), "done")
     elapsed = time.time() - _process_start()
     if copies:
         notice(_independent_copies_line(plan, elapsed))
         return 0  # the script did what it was written to do; the line says it was not a parallel job
-    if plan.launcher is Launcher.TFCONFIG:
-        from paratrain.launcher import tfrun
-
-        where = "GPU" if tfrun.gpu_count() else "CPU"
-    else:
-        where = "GPU" if _gpu_count() else "CPU"
-    what = f"{plan.world_size} process{'es' if plan.world_size > 1 else ''}"
-    if plan.launcher is Launcher.TFCONFIG and plan.nproc == 1 and plan.details:
-        what = f"{plan.details['replicas']} replica(s) in one process"
-    notice(f"{plan.spec} × {what} ({where}) finished in {elapsed:.1f} s")
+    notice(_finished_line(plan, done, elapsed))
     return 0
+
+
+def _finished_line(plan: LaunchPlan, done: dict[int, dict], elapsed: float) -> str:
+    """The job's last line: what ran, as the workers reported it — processes for the torch methods (each rank's
+    own note), and for TensorFlow's the replicas of the strategy the script really built, never the flag."""
+    if plan.launcher is not Launcher.TFCONFIG:
+        what = f"{plan.world_size} process{'es' if plan.world_size > 1 else ''}"
+        return f"{plan.spec} × {what} ({'GPU' if _gpu_count() else 'CPU'}) finished in {elapsed:.1f} s"
+    from paratrain.launcher import tfrun
+
+    where = "GPU" if tfrun.gpu_count() else "CPU"
+    replicas = _reported_replicas(plan, done)
+    if plan.env.get(STRATEGY_VAR) == "mirrored":  # one process holding the replicas
+        if replicas is None:
+            return f"{plan.spec}, replicas not reported ({where}) finished in {elapsed:.1f} s"
+        line = f"{plan.spec} × {_count(replicas, 'replica')} ({where}) finished in {elapsed:.1f} s"
+        asked = int((plan.details or {}).get("replicas", replicas))
+        if replicas != asked:
+            built = done[0].get("strategy")
+            by = "TensorFlow's default strategy" if built == "default" else f"the script's {built}"
+            line += f"; --nproc asked for {asked}, {by} had {replicas}"
+        return line
+    what = f"{_count(plan.world_size, 'process', 'processes')}, "
+    what += _count(replicas, "replica") if replicas is not None else "replicas not reported"
+    return f"{plan.spec} × {what} ({where}) finished in {elapsed:.1f} s"
+
+
+def _reported_replicas(plan: LaunchPlan, done: dict[int, dict]) -> int | None:
+    """The replicas every local worker of a TensorFlow job reported (the same number on each), or None when one
+    did not (TensorFlow never imported, a strategy that could not count them) or they disagree."""
+    counts = {d.get("replicas") for d in done.values()}
+    if len(done) != plan.nproc or len(counts) != 1:
+        return None
+    (count,) = counts
+    return count if isinstance(count, int) else None
+
+
+def _count(n: int, one: str, many: str | None = None) -> str:
+    return f"{n} {one if n == 1 else (many or one + 's')}"
 
 
 def _run(plan: LaunchPlan, notes: Path) -> None:
@@ -297,13 +328,15 @@ def _ran_independent_copies(plan: LaunchPlan, notes: Path) -> bool:
     """Did a multi-process launch run copies of a script that never joined its job (no Session, no
     init_process_group, no hvd.init)? N trainings that each saw all the data and wrote the same files, which
     "ddp × 2 processes finished" would misreport as one parallel job."""
-    if plan.world_size < 2 or plan.launcher not in (Launcher.TORCHRUN, Launcher.HOROVODRUN):
-        return False  # TensorFlow's own strategies leave no trace the worker could read without importing TF
+    if plan.world_size < 2 or plan.launcher not in (Launcher.TORCHRUN, Launcher.HOROVODRUN, Launcher.TFCONFIG):
+        return False  # under multiworker, "joined" means a strategy spanning the workers (launcher/tf_setup.py)
     return notes_.never_joined(notes, plan.nproc)
 
 
 def _independent_copies_line(plan: LaunchPlan, elapsed: float) -> str:
-    if plan.launcher is Launcher.HOROVODRUN:
+    if plan.launcher is Launcher.TFCONFIG:
+        never = "built a strategy spanning the workers (no ptf.strategy(), no MultiWorkerMirroredStrategy())"
+    elif plan.launcher is Launcher.HOROVODRUN:
         never = "joined Horovod (no paratrain.Session, no hvd.init())"
     else:
         never = "joined a process group (no paratrain.Session, no init_process_group)"

@@ -16,6 +16,10 @@ a temporary file, then writes back everything the import wrote except absl's INF
 notice — what ``TF_CPP_MIN_LOG_LEVEL=2`` means to hide. Errors (``E…``/``F…`` lines), Python warnings and a failing
 import's traceback come through unchanged. As for torch (:mod:`paratrain.launcher.torch_import`), the hook waits
 for the script's own ``import tensorflow``, so environment variables the script sets before it still count.
+
+The same hook is where every worker of a TensorFlow launch, quiet or not, sets up what the method asked for as soon
+as the import has finished (:mod:`paratrain.launcher.tf_setup`: ``--nproc`` replicas for ``mirrored``, and a record
+of the strategy the script builds).
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from types import ModuleType
+
+from paratrain.launcher import tf_setup
 
 # absl's prefix: severity, MMDD hh:mm:ss.micro, thread id, file:line] — I(nfo) and W(arning) are start-up noise.
 # Before absl is initialised the date is 0000 and the clock 00:00:<seconds since the epoch>.
@@ -69,7 +75,10 @@ def quiet_stderr() -> Iterator[None]:
 
 
 class _TensorFlowFinder(importlib.abc.MetaPathFinder):
-    """Finds tensorflow as Python would, and runs its import under :func:`quiet_stderr`. Used once, then gone."""
+    """Finds tensorflow as Python would, runs its import (under :func:`quiet_stderr` in a quiet launch), then
+    :func:`tf_setup.prepare`. Used once, then gone."""
+
+    quiet = True
 
     def find_spec(self, name: str, path: object = None, target: object = None) -> importlib.machinery.ModuleSpec | None:
         if name != "tensorflow":
@@ -79,10 +88,12 @@ class _TensorFlowFinder(importlib.abc.MetaPathFinder):
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
         execute = spec.loader.exec_module
+        quiet = self.quiet
 
         def exec_module(module: ModuleType) -> None:
-            with quiet_stderr():
+            with quiet_stderr() if quiet else contextlib.nullcontext():
                 execute(module)
+                tf_setup.prepare(module)  # its device queries can log start-up lines of their own
 
         spec.loader.exec_module = exec_module  # this spec's own loader object, not TensorFlow's loader class
         return spec
@@ -91,8 +102,9 @@ class _TensorFlowFinder(importlib.abc.MetaPathFinder):
 _finder = _TensorFlowFinder()
 
 
-def install() -> None:
-    """In a worker of a quiet TensorFlow launch, before the script runs."""
+def install(quiet: bool = True) -> None:
+    """In a worker of a TensorFlow launch, before the script runs; ``quiet`` filters the import's stderr."""
+    _finder.quiet = quiet
     if "tensorflow" not in sys.modules and _finder not in sys.meta_path:
         sys.meta_path.insert(0, _finder)
 

@@ -20,7 +20,9 @@ The failure path and the signal handlers import nothing: what they need is impor
 (horovodrun's, when a peer fails) that arrived while the failure path was importing torch ran a handler importing
 the same half-initialised module, and every rank printed paratrain's own traceback instead of leaving quietly.
 A finished rank's note says whether it ever joined its job, read from modules the script loaded (nothing is
-imported for it either), so the launcher can tell a ported script from independent copies of an unported one.
+imported for it either), so the launcher can tell a ported script from independent copies of an unported one; under
+a TensorFlow method it also says which strategy the script ran under and its replicas (:mod:`.tf_setup`), so the
+launcher's last line reports what ran, not what was asked for.
 """
 
 from __future__ import annotations
@@ -40,10 +42,12 @@ from types import TracebackType
 from typing import NoReturn
 
 from paratrain import exiting
-from paratrain.distenv import FAILURES_VAR, LOCAL_RANK_ARG_VAR, QUIET_TF_VAR, TIMEOUT_VAR
+from paratrain.distenv import FAILURES_VAR, LOCAL_RANK_ARG_VAR, QUIET_TF_VAR, STRATEGY_VAR, TIMEOUT_VAR
 from paratrain.errors import ParatrainError
 from paratrain.launcher import notes as notes_
-from paratrain.launcher import torch_import
+from paratrain.launcher import tf_import, tf_setup, torch_import
+
+TF_METHODS = ("mirrored", "multiworker")
 
 
 def _adopt_horovod_env() -> None:
@@ -77,10 +81,9 @@ def _run_script(script: str, args: list[str]) -> None:
     sys.argv = [script, *args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     torch_import.install()  # the script's own `import torch`, when it comes, without the collector's rescans
-    if os.environ.get(QUIET_TF_VAR) == "1":
-        from paratrain.launcher import tf_import
-
-        tf_import.install()  # and its `import tensorflow` without TensorFlow's start-up lines
+    if os.environ.get(STRATEGY_VAR) in TF_METHODS:
+        # and its `import tensorflow` set up for the method (tf_setup), without TF's start-up lines when quiet
+        tf_import.install(quiet=os.environ.get(QUIET_TF_VAR) == "1")
     runpy.run_path(script, run_name="__main__")
 
 
@@ -161,8 +164,9 @@ def _joined_its_job() -> bool:
 
 def _wind_down(code: int) -> int:
     """Leave as the interpreter would, minus finalization (where gloo can abort a process whose work is done)."""
-    if code == 0:
-        note("done", {"joined": _joined_its_job()})
+    if code == 0:  # with the strategy a TensorFlow script ran under, when it imported TensorFlow (tf_setup)
+        strategy = tf_setup.report()
+        note("done", {**strategy, "joined": _joined_its_job() or bool(strategy.get("multi_worker"))})
     with contextlib.suppress(Exception):
         _join_threads()
     atexit._run_exitfuncs()  # the script's handlers and the Session's close(), in the usual order

@@ -3,13 +3,16 @@
 ``mirrored`` is one process with N replicas: the visible GPUs, or — on a CPU-only machine — the CPU split into N
 logical devices, so ``--nproc 2`` really gives two replicas (and a CPU-only box can try the method). Logical devices
 exist only if they are configured before TensorFlow initialises its runtime, which is why :func:`strategy` must
-come before any TensorFlow op. ``multiworker`` is one process per worker; ``TF_CONFIG`` (written by the launcher,
-or by the user for a native script) says who is who. A plain ``python train.py`` gets TensorFlow's default
+come before any TensorFlow op — except under ``paratrain run``, whose worker splits the CPU as soon as the script has
+imported TensorFlow (:mod:`paratrain.launcher.tf_setup`), so a later call finds the devices there.
+``multiworker`` is one process per worker; ``TF_CONFIG`` (written by the launcher, or by the user for a native
+script) says who is who. A plain ``python train.py`` gets TensorFlow's default
 strategy, so the same script runs everywhere unchanged.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -89,12 +92,17 @@ def _mirrored(tf: Any) -> Any:
     try:
         tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * count)
     except RuntimeError:
-        raise ConfigError("TensorFlow was already running when paratrain.tf.strategy() was called, so the CPU can no "
-                          "longer be split into replicas",
-                          hint="call ptf.strategy() first, before building a model, dataset or any tensor") from None
+        if len(tf.config.list_logical_devices("CPU")) != count:  # else the launcher's worker split it already
+            raise _too_late() from None
     # Without GPUs TensorFlow's default reduces through one device; say so explicitly (NCCL needs GPUs).
     return tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(count)],
                                           cross_device_ops=tf.distribute.ReductionToOneDevice())
+
+
+def _too_late() -> ConfigError:
+    return ConfigError("TensorFlow was already running when paratrain.tf.strategy() was called, so the CPU can no "
+                       "longer be split into replicas",
+                       hint="call ptf.strategy() first, before building a model, dataset or any tensor")
 
 
 def _multiworker(tf: Any) -> Any:
@@ -121,7 +129,8 @@ def strategy() -> Any:
         tf.get_logger().setLevel("ERROR")
     threads = os.environ.get("TF_NUM_INTRAOP_THREADS", "")
     if threads.isdigit() and int(threads) > 0:  # the launcher's share of the cores (before the runtime starts)
-        tf.config.threading.set_intra_op_parallelism_threads(int(threads))
+        with contextlib.suppress(RuntimeError):  # already running: TensorFlow read TF_NUM_INTRAOP_THREADS itself
+            tf.config.threading.set_intra_op_parallelism_threads(int(threads))
     chosen = method()
     if chosen == "mirrored":
         _built = _mirrored(tf)
