@@ -65,6 +65,7 @@ class LaunchPlan:
     argv: list[str] = field(default_factory=list)  # torchrun arguments, or the local command
     threads: ThreadChoice | None = None  # CPU threads per process, and why
     details: dict[str, Any] | None = None  # what the method derived from the options (DeepSpeed: its config)
+    method_cls: Any = None  # the Strategy class: asked after the job what really ran (Strategy.ran_as)
 
     @property
     def world_size(self) -> int:
@@ -170,7 +171,8 @@ def build_plan(config: RunConfig) -> LaunchPlan:
     env = method_env(cls, options, config.train_options(), config.timeout)
     env.update(cls.script_env(options, script))
     # Checked here, before any process starts (a bad DeepSpeed config is one line now, not N tracebacks later).
-    details = cls.check_launch(options, train_options.TrainOptions(**train_options.given(config.train_options())))
+    details = cls.check_launch(options, train_options.TrainOptions(**train_options.given(config.train_options())),
+                               script)
     if config.checkpoint_dir:
         env[CHECKPOINT_DIR_VAR] = str(Path(config.checkpoint_dir).resolve())
         env[CHECKPOINT_EVERY_VAR] = str(config.checkpoint_every)
@@ -194,7 +196,7 @@ def build_plan(config: RunConfig) -> LaunchPlan:
         # The same worker code as torchrun's processes (one-line errors, same exit codes), in a fork of this
         # process (launch/local.py); this command is what it amounts to.
         argv = [sys.executable, "-m", "paratrain.launcher.worker", str(script), *config.args]
-        return LaunchPlan(config, spec, info.launcher, 1, env, argv, threads, details)
+        return LaunchPlan(config, spec, info.launcher, 1, env, argv, threads, details, cls)
     if info.launcher not in (Launcher.TORCHRUN, Launcher.HOROVODRUN):
         raise ConfigError(f"{cls.method} is launched by {info.launcher}, which this version cannot start yet")
 
@@ -207,7 +209,7 @@ def build_plan(config: RunConfig) -> LaunchPlan:
         env.update({NPROC_VAR: str(nproc), "OMP_NUM_THREADS": str(threads.threads),
                     **horovodrun.worker_env(config.timeout)})
         argv = horovodrun.argv(nproc, str(script), list(config.args), config.rendezvous_timeout)
-        return LaunchPlan(config, spec, info.launcher, nproc, env, argv, threads, details)
+        return LaunchPlan(config, spec, info.launcher, nproc, env, argv, threads, details, cls)
     nproc = config.nproc or (gpus if gpus else 2)
     if gpus and nproc > gpus:
         raise ConfigError(f"--nproc {nproc} asks for more processes than the {gpus} visible GPUs",
@@ -237,7 +239,7 @@ def build_plan(config: RunConfig) -> LaunchPlan:
     else:
         argv += ["--standalone"]
     argv += ["--module", "paratrain.launcher.worker", str(script), *config.args]
-    return LaunchPlan(config, spec, info.launcher, nproc, env, argv, threads, details)
+    return LaunchPlan(config, spec, info.launcher, nproc, env, argv, threads, details, cls)
 
 
 def _quiet_torchrun(verbose: bool) -> None:
@@ -261,6 +263,7 @@ def execute(plan: LaunchPlan) -> int:
         finally:
             os.environ.pop(FAILURES_VAR, None)
         copies = _ran_independent_copies(plan, Path(notes))
+        ran = plan.method_cls.ran_as(plan.config.strategy, Path(notes)) if plan.method_cls and not copies else None
     elapsed = time.time() - _process_start()
     if copies:
         notice(_independent_copies_line(plan, elapsed))
@@ -274,7 +277,9 @@ def execute(plan: LaunchPlan) -> int:
     what = f"{plan.world_size} process{'es' if plan.world_size > 1 else ''}"
     if plan.launcher is Launcher.TFCONFIG and plan.nproc == 1 and plan.details:
         what = f"{plan.details['replicas']} replica(s) in one process"
-    notice(f"{plan.spec} × {what} ({where}) finished in {elapsed:.1f} s")
+    if ran is not None and ran.note:
+        notice(ran.note)
+    notice(f"{ran.spec if ran else plan.spec} × {what} ({where}) finished in {elapsed:.1f} s")
     return 0
 
 
