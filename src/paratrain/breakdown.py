@@ -87,3 +87,12 @@ def analyse(events: Iterable[Any], world: int, steps: int) -> dict[str, Any]:
     return {"comm_total_s": total / per, "comm_exposed_s": max(0.0, total - overlapped) / per,
             "comm_overlapped_s": overlapped / per, "comm_bytes_per_step": round(sent / max(steps, 1)),
             "collectives_per_step": {k: v / max(steps, 1) for k, v in sorted(ops.items())}}
+
+
+COMM_KEYS = ("comm_total_s", "comm_exposed_s", "comm_overlapped_s", "comm_bytes_per_step", "collectives_per_step")
+
+
+def not_measured(result: dict[str, Any]) -> dict[str, Any]:
+    """The profile of a method whose collectives the torch profiler cannot see (Horovod runs them in its own C++
+    thread): its communication is unknown — None, shown as "not measured" — never the 0 MB and 0 % it would read."""
+    return {**result, **dict.fromkeys(COMM_KEYS), "comm_measured": False}

@@ -15,6 +15,7 @@ PREFIX = "PARATRAIN_"
 STRATEGY_VAR = "PARATRAIN_STRATEGY"
 TIMEOUT_VAR = "PARATRAIN_TIMEOUT"
 LOCAL_RANK_ARG_VAR = "PARATRAIN_LOCAL_RANK_ARG"  # "1": the worker appends --local_rank=N (the deepspeed launcher's way)
+DEEPSPEED_WATCH_VAR = "PARATRAIN_DEEPSPEED_WATCH"  # "1": note what a script's own deepspeed.initialize ran
 NPROC_VAR = "PARATRAIN_NPROC"
 TF_CONFIG_VAR = "PARATRAIN_TF_CONFIG_JSON"  # multiworker: every worker's host:port; each worker gets its TF_CONFIG
 FAILURES_VAR = "PARATRAIN_FAILURES"  # folder of the workers' notes for the launcher (failures, progress, done)
@@ -25,7 +26,8 @@ QUIET_TF_VAR = "PARATRAIN_QUIET_TF"  # "1": a quiet TensorFlow launch; workers h
 # Variables that are paratrain's own settings rather than method options.
 RESERVED = {
     STRATEGY_VAR, TIMEOUT_VAR, NPROC_VAR, FAILURES_VAR, "PARATRAIN_HOME", "PARATRAIN_DEBUG", "PARATRAIN_METRICS",
-    CHECKPOINT_DIR_VAR, CHECKPOINT_EVERY_VAR, KEEP_VAR, TF_CONFIG_VAR, QUIET_TF_VAR,
+    CHECKPOINT_DIR_VAR, CHECKPOINT_EVERY_VAR, KEEP_VAR, TF_CONFIG_VAR, QUIET_TF_VAR, DEEPSPEED_WATCH_VAR,
+    LOCAL_RANK_ARG_VAR,
     "PARATRAIN_TRAIN",  # paratrain.options.TRAIN_VAR
     "PARATRAIN_MAX_STEPS", "PARATRAIN_PROFILE",  # paratrain.metrics: compare's measuring settings
 }

@@ -68,6 +68,7 @@ class StepRecorder:
         self._profile_at, self._profile_steps = _profile_window()
         self._profiler: Any = None
         self._world = 1
+        self.comm_visible = True  # False: the profiler cannot see the method's collectives (Horovod's)
 
     @property
     def enabled(self) -> bool:
@@ -159,10 +160,12 @@ class StepRecorder:
             self._profiler = profile(activities=activities, record_shapes=True)
             self._profiler.__enter__()
         elif self._profiler is not None and step >= self._profile_at + self._profile_steps:
-            from paratrain.breakdown import analyse
+            from paratrain.breakdown import analyse, not_measured
 
             self._profiler.__exit__(None, None, None)
             result = analyse(self._profiler.events(), self._world, self._profile_steps)
+            if not self.comm_visible:
+                result = not_measured(result)
             self._profiler, self._profile_at = None, None
             self.write({"profile": result})
 

@@ -104,6 +104,7 @@ class Session:
         if self.options.seed is not None:
             _seed_everything(self.options.seed)
         self._metrics = metrics.StepRecorder.from_env(self.rank)
+        self._metrics.comm_visible = self._strategy.profiler_sees_collectives
         self._progress = Progress.from_env(self.rank)
         atexit.register(self.close)
 

@@ -21,3 +21,26 @@ def test_final_loss_is_smoothed_over_the_last_tenth_of_the_steps(tmp_path):
     out = summarize(tmp_path, warmup=5, launch_time=99.0, tokens_per_sample=None)
     assert abs(out["final_loss"] - 0.6) < 1e-9
     assert out["breakdown"]["data_s"] > 0 and out["comm_bytes_per_step"] is None  # no profile in this run
+
+
+def test_communication_the_profiler_could_not_see_is_none_not_zero(tmp_path):
+    """Horovod's collectives are invisible to the torch profiler: the cell's communication is unknown, and the
+    report and the breakdown table say "not measured" rather than 0 MB and 0 %."""
+    from paratrain.bench.explain import breakdown_markdown
+    from paratrain.breakdown import not_measured
+
+    for rank in (0, 1):
+        _write(tmp_path, rank, [1.0] * 20)
+        profile = not_measured({"comm_total_s": 0.0, "comm_exposed_s": 0.0, "comm_overlapped_s": 0.0,
+                                "comm_bytes_per_step": 0, "collectives_per_step": {}})
+        lines = [json.loads(x) for x in (tmp_path / f"rank{rank}.jsonl").read_text().splitlines()]
+        for record in lines[10:13]:
+            record["profiled"] = True
+        lines.insert(13, {"profile": profile})
+        (tmp_path / f"rank{rank}.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    out = summarize(tmp_path, warmup=5, launch_time=99.0, tokens_per_sample=None)
+    assert out["comm_bytes_per_step"] is None and out["comm_share"] is None and out["comm_measured"] is False
+    assert out["breakdown"]["comm_exposed_s"] is None and out["breakdown"]["compute_s"] > 0
+    cell = {"key": "horovod×2", "status": "ok", "nproc": 2, **out}
+    row = next(line for line in breakdown_markdown({"cells": [cell]}) if line.startswith("| horovod×2"))
+    assert "not measured" in row and "0.00" not in row, row

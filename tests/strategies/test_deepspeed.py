@@ -9,11 +9,13 @@ import pytest
 from paratrain.advise import memory, models
 from paratrain.advise.methods import get
 from tests.helpers.equivalence import assert_equivalent, train
-from tests.helpers.launch import SESSION_TRAIN, check, max_diffs, paratrain
+from tests.helpers.launch import ROOT, SESSION_TRAIN, check, max_diffs, paratrain
 
 pytestmark = pytest.mark.multiprocess
 if os.environ.get("CI") != "true":  # in CI it must be there (make test installs it): a missing one fails
     pytest.importorskip("deepspeed")
+
+SCRIPTS = ROOT / "tests" / "helpers" / "scripts"
 
 
 @pytest.mark.parametrize("stage", [0, 1, 2, 3])
@@ -105,6 +107,37 @@ def test_a_native_script_gets_the_local_rank_argument_a_session_script_does_not(
     plan = json.loads(check(paratrain("run", "-s", "deepspeed", "-n", "2", "--dry-run", "--json",
                                       str(SESSION_TRAIN))).stdout)
     assert "PARATRAIN_LOCAL_RANK_ARG" not in plan["env"]  # Session scripts: nothing appended
+
+
+def test_a_native_scripts_own_stage_wins_and_the_last_line_says_so(tmp_path):
+    """deepspeed:zero1 cannot reach a config the script passes to deepspeed.initialize itself: the job says which
+    config ran (noted by the workers at run time) and reports the stage that ran, not the one asked for."""
+    script = str(SCRIPTS / "ds_native_args.py")
+    proc = check(paratrain("run", "-s", "deepspeed:zero1", "-n", "2", script, str(tmp_path), "--zero", "3"))
+    lines = proc.stderr.strip().splitlines()
+    assert "the script's own config ran ZeRO stage 3; deepspeed:zero1 was not applied" in lines[-2], proc.stderr
+    assert "deepspeed (the script's own config: ZeRO stage 3) × 2 processes (CPU) finished in" in lines[-1]
+    assert "zero_stage=1" not in lines[-1]
+    # the stage asked for is the one that ran: no conflict line, and the last line still says whose config it was
+    proc = check(paratrain("run", "-s", "deepspeed:zero1", "-n", "2", script, str(tmp_path), "--zero", "1"))
+    assert "not applied" not in proc.stderr, proc.stderr
+    assert "deepspeed (the script's own config: ZeRO stage 1) × 2 processes" in proc.stderr.strip().splitlines()[-1]
+
+
+def test_dry_run_of_a_native_script_says_its_own_config_is_used(tmp_path):
+    proc = check(paratrain("run", "-s", "deepspeed:zero1", "-n", "2", "--dry-run", "--json",
+                           str(SCRIPTS / "ds_native_args.py"), str(tmp_path)))
+    config = json.loads(proc.stdout)["deepspeed_config"]
+    assert isinstance(config, str) and "passes its config to deepspeed.initialize" in config and "Session" in config
+    text = check(paratrain("run", "-s", "deepspeed:zero1", "-n", "2", "--dry-run", str(SCRIPTS / "ds_native_args.py"),
+                           str(tmp_path))).stdout
+    assert "gradient_clipping" not in text and "the script's own" in text
+
+
+def test_a_script_calling_only_init_distributed_gets_the_local_rank_argument(tmp_path):
+    check(paratrain("run", "-s", "deepspeed", "-n", "2", str(SCRIPTS / "ds_init_only.py"), str(tmp_path)))
+    seen = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert [s["local_rank"] for s in seen] == [0, 1] and {s["world"] for s in seen} == {2}
 
 
 def test_without_deepspeed_the_error_names_the_install_command(tmp_path):

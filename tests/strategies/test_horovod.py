@@ -2,6 +2,7 @@
 native horovodrun scripts unchanged, and a dead or stuck worker named. Real Horovod (Gloo) on CPU; `make test`
 builds it with `paratrain setup horovod`."""
 
+import json
 import os
 import subprocess
 import sys
@@ -103,3 +104,34 @@ def test_what_horovod_cannot_do_here_is_a_clear_error():
         proc = paratrain("run", *args, str(SESSION_TRAIN), "--steps", "2")
         assert proc.returncode != 0 and words in proc.stderr, proc.stderr[-2000:]
         assert "Traceback" not in proc.stderr
+
+
+def test_a_scheduler_built_before_prepare_keeps_its_schedule_without_a_false_warning(tmp_path):
+    """hvd.DistributedOptimizer is a new optimizer object: torch's scheduler, bound to the user's, never saw it step
+    and every rank warned "lr_scheduler.step() before optimizer.step()" although the schedule was right."""
+    runs = {}
+    for method, nproc in (("single", "1"), ("horovod", "2")):
+        proc = check(paratrain("run", "-s", method, "-n", nproc, str(SCRIPTS / "lr_schedule.py"),
+                               str(tmp_path / f"{method}.json")))
+        assert "lr_scheduler.step()" not in proc.stdout + proc.stderr, proc.stderr
+        runs[method] = json.loads((tmp_path / f"{method}.json").read_text())
+    assert runs["horovod"]["lrs"] == runs["single"]["lrs"] == [0.1, 0.1, 0.05, 0.05, 0.025, 0.025]
+    assert runs["horovod"]["last_lr"] == runs["single"]["last_lr"]
+    assert max(abs(a - b) for a, b in zip(runs["horovod"]["losses"], runs["single"]["losses"], strict=True)) < 1e-5
+
+
+def test_compare_never_reports_horovods_unseen_communication_as_zero(tmp_path):
+    """The torch profiler does not see Horovod's collectives (its own C++ thread runs them): the cell says "not
+    measured" (None), never 0 MB sent and 0 % of the step in communication."""
+    out = tmp_path / "out"
+    proc = check(paratrain("compare", "--strategies", "single,horovod", "--nproc", "2", "--steps", "12", "--warmup",
+                           "2", "--out", str(out), "--db", str(tmp_path / "h.db"), "--json", timeout=400))
+    cell = {c["key"]: c for c in json.loads(proc.stdout)["cells"]}["horovod×2"]
+    assert cell["status"] == "ok" and cell["breakdown"] is not None, cell
+    for key in ("comm_bytes_per_step", "comm_share"):
+        assert cell[key] is None or cell[key] > 0, (key, cell[key])
+    assert cell["breakdown"]["comm_exposed_s"] is None or cell["breakdown"]["comm_exposed_s"] > 0
+    report = (out / "report.md").read_text()
+    breakdown = report.split("## Where the time goes", 1)[1]
+    row = next(line for line in breakdown.splitlines() if line.startswith("| horovod×2 |"))
+    assert "not measured" in row and " 0.00 |" not in row, row

@@ -136,14 +136,22 @@ def _rank_breakdown(steps: dict[int, list[dict[str, Any]]], measured: list[int],
     med = {k: sum(r["phases"].get(k, 0.0) for r in basis) / basis_time
            for k in ("data", "forward", "backward", "optimizer")}
     per_step = len(basis) / basis_time  # the profile's figures are per step
-    exposed = min(profile["comm_exposed_s"] * per_step, med["forward"] + med["backward"]) if window else 0.0
-    total = profile["comm_total_s"] * per_step if window else 0.0
-    parts = {"compute_s": med["forward"] + med["backward"] - exposed, "comm_exposed_s": exposed,
+    if window and not comm_measured(profile):  # the profiler could not see the method's collectives
+        exposed = total = None
+    else:
+        exposed = min(profile["comm_exposed_s"] * per_step, med["forward"] + med["backward"]) if window else 0.0
+        total = profile["comm_total_s"] * per_step if window else 0.0
+    parts = {"compute_s": med["forward"] + med["backward"] - (exposed or 0.0), "comm_exposed_s": exposed,
              "comm_total_s": total, "data_s": med["data"], "optimizer_s": med["optimizer"]}
-    parts["other_s"] = max(0.0, 1.0 - sum(v for k, v in parts.items() if k != "comm_total_s"))
-    out = {k: v * step for k, v in parts.items()}
+    parts["other_s"] = max(0.0, 1.0 - sum(v or 0.0 for k, v in parts.items() if k != "comm_total_s"))
+    out = {k: None if v is None else v * step for k, v in parts.items()}
     out["step_s"] = step
     return out
+
+
+def comm_measured(profile: dict[str, Any]) -> bool:
+    """Did the profiler see this cell's collectives? (Not Horovod's: see paratrain.breakdown.not_measured.)"""
+    return profile.get("comm_measured", True) is not False and profile.get("comm_total_s") is not None
 
 
 def _breakdowns(steps: dict[int, list[dict[str, Any]]], measured: list[int], profiled: list[int],
@@ -161,7 +169,9 @@ def _breakdowns(steps: dict[int, list[dict[str, Any]]], measured: list[int], pro
     out["breakdown"] = base
     out["breakdown_slowest"] = {"rank": slowest, **per_rank[slowest]}
     profile = profiles.get(0)
-    if profile is not None:
+    if profile is not None and not comm_measured(profile):
+        out["comm_measured"] = False  # Horovod's collectives: None below means "not measured", not "none"
+    elif profile is not None:
         out["comm_bytes_per_step"] = profile["comm_bytes_per_step"]
         out["collectives_per_step"] = profile.get("collectives_per_step")
         total = base["comm_total_s"]  # at unprofiled speed

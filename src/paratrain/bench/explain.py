@@ -10,6 +10,7 @@ from typing import Any
 
 PARTS = (("compute_s", "compute"), ("comm_exposed_s", "exposed comm"), ("data_s", "data"),
          ("optimizer_s", "optimizer"), ("other_s", "other"))
+NOT_MEASURED = "not measured"
 BOUND_SHARE = 0.25  # exposed communication above this share of a step is what a cell is up against
 OPS = {"all_reduce": "all-reduce", "all_gather": "all-gather", "reduce_scatter": "reduce-scatter",
        "broadcast": "broadcast"}
@@ -32,16 +33,27 @@ def breakdown_markdown(results: dict[str, Any]) -> list[str]:
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for c in cells:
         b = c["breakdown"]
-        overlapped = max(0.0, (b.get("comm_total_s") or 0.0) - (b.get("comm_exposed_s") or 0.0))
+        unseen = not comm_measured(c)
+        overlapped = None if unseen else max(0.0, (b.get("comm_total_s") or 0.0) - (b.get("comm_exposed_s") or 0.0))
         sent = c.get("comm_bytes_per_step")
+        parts = [NOT_MEASURED if unseen and k == "comm_exposed_s" else _ms(b.get(k)) for k, _ in PARTS]
         rows.append("| " + " | ".join([
-            c["key"], _ms(b["step_s"]), *(_ms(b.get(k)) for k, _ in PARTS), _ms(overlapped),
+            c["key"], _ms(b["step_s"]), *parts, _ms(overlapped),
             "—" if sent is None else f"{sent / 1e6:.2f}",
             "—" if c.get("bus_gbps") is None else f"{c['bus_gbps']:.2f}"]) + " |")
-    return [*rows, "",
-            "Measured with the torch profiler over 3 steps after warm-up (left out of the throughput), as fractions "
-            "applied to the median unprofiled step; rank 0 shown (the slowest rank's split is in results.json). "
-            "Exposed communication is time the main thread waited for a collective; overlapped ran during compute."]
+    notes = ["Measured with the torch profiler over 3 steps after warm-up (left out of the throughput), as fractions "
+             "applied to the median unprofiled step; rank 0 shown (the slowest rank's split is in results.json). "
+             "Exposed communication is time the main thread waited for a collective; overlapped ran during compute."]
+    if any(not comm_measured(c) for c in cells):
+        notes.append(f"{NOT_MEASURED}: the torch profiler does not see Horovod's collectives (they run in Horovod's "
+                     "own background thread), so its communication is unknown — not zero; the time spent waiting for "
+                     "it is counted in the other parts.")
+    return [*rows, "", *notes]
+
+
+def comm_measured(cell: dict[str, Any]) -> bool:
+    """False for a cell whose collectives the profiler could not see (Horovod's): its communication is unknown."""
+    return cell.get("comm_measured", True) is not False
 
 
 def _main_op(cell: dict[str, Any]) -> str:

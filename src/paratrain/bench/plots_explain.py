@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from paratrain.bench.explain import PARTS
+from paratrain.bench.explain import NOT_MEASURED, PARTS, comm_measured
 from paratrain.bench.plots import FIGSIZE, _empty, _layout, _legend, _ok_cells, _pyplot, _save, _width
 from paratrain.bench.report import efficiency_base, efficiency_note
 
@@ -20,6 +20,9 @@ def _breakdown_figure(results: dict[str, Any]) -> Any:
             heights = [(c["breakdown"].get(key) or 0.0) * 1e3 for c in cells]
             ax.bar(range(len(cells)), heights, 0.6, bottom=bottoms, label=label)
             bottoms = [b + h for b, h in zip(bottoms, heights, strict=True)]
+        for i, c in enumerate(cells):
+            if not comm_measured(c):  # a zero-height "exposed comm" would read as no communication at all
+                ax.annotate(f"comm {NOT_MEASURED}", (i, bottoms[i]), ha="center", va="bottom", fontsize=8)
         ax.set_xticks(range(len(cells)), [c["key"] for c in cells])
         ax.set_ylabel("ms per step (median)")
         _legend(ax)

@@ -119,7 +119,8 @@ def run(
                 lines.append(f"{'threads':15} {plan.threads.threads} per process ({plan.threads.reason})")
             lines += [f"{key:15} {value}" for key, value in plan.config.as_dict().items()]
             lines.append(f"command        {info['command']}")
-            lines += [f"{key:15} {json.dumps(value, indent=2)}" for key, value in (plan.details or {}).items()]
+            lines += [f"{key:15} {value if isinstance(value, str) else json.dumps(value, indent=2)}"
+                      for key, value in (plan.details or {}).items()]
             for line in lines:
                 console.out.print(line, markup=False)
         return

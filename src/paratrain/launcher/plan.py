@@ -65,6 +65,7 @@ class LaunchPlan:
     argv: list[str] = field(default_factory=list)  # torchrun arguments, or the local command
     threads: ThreadChoice | None = None  # CPU threads per process, and why
     details: dict[str, Any] | None = None  # what the method derived from the options (DeepSpeed: its config)
+    method_cls: Any = None  # the Strategy class: asked after the job what really ran (Strategy.ran_as)
 
     @property
     def world_size(self) -> int:
@@ -170,7 +171,8 @@ def build_plan(config: RunConfig) -> LaunchPlan:
     env = method_env(cls, options, config.train_options(), config.timeout)
     env.update(cls.script_env(options, script))
     # Checked here, before any process starts (a bad DeepSpeed config is one line now, not N tracebacks later).
-    details = cls.check_launch(options, train_options.TrainOptions(**train_options.given(config.train_options())))
+    details = cls.check_launch(options, train_options.TrainOptions(**train_options.given(config.train_options())),
+                               script)
     if config.checkpoint_dir:
         env[CHECKPOINT_DIR_VAR] = str(Path(config.checkpoint_dir).resolve())
         env[CHECKPOINT_EVERY_VAR] = str(config.checkpoint_every)
@@ -194,7 +196,7 @@ def build_plan(config: RunConfig) -> LaunchPlan:
         # The same worker code as torchrun's processes (one-line errors, same exit codes), in a fork of this
         # process (launch/local.py); this command is what it amounts to.
         argv = [sys.executable, "-m", "paratrain.launcher.worker", str(script), *config.args]
-        return LaunchPlan(config, spec, info.launcher, 1, env, argv, threads, details)
+        return LaunchPlan(config, spec, info.launcher, 1, env, argv, threads, details, cls)
     if info.launcher not in (Launcher.TORCHRUN, Launcher.HOROVODRUN):
         raise ConfigError(f"{cls.method} is launched by {info.launcher}, which this version cannot start yet")
 
@@ -207,7 +209,7 @@ def build_plan(config: RunConfig) -> LaunchPlan:
         env.update({NPROC_VAR: str(nproc), "OMP_NUM_THREADS": str(threads.threads),
                     **horovodrun.worker_env(config.timeout)})
         argv = horovodrun.argv(nproc, str(script), list(config.args), config.rendezvous_timeout)
-        return LaunchPlan(config, spec, info.launcher, nproc, env, argv, threads, details)
+        return LaunchPlan(config, spec, info.launcher, nproc, env, argv, threads, details, cls)
     nproc = config.nproc or (gpus if gpus else 2)
     if gpus and nproc > gpus:
         raise ConfigError(f"--nproc {nproc} asks for more processes than the {gpus} visible GPUs",
@@ -237,7 +239,7 @@ def build_plan(config: RunConfig) -> LaunchPlan:
     else:
         argv += ["--standalone"]
     argv += ["--module", "paratrain.launcher.worker", str(script), *config.args]
-    return LaunchPlan(config, spec, info.launcher, nproc, env, argv, threads, details)
+    return LaunchPlan(config, spec, info.launcher, nproc, env, argv, threads, details, cls)
 
 
 def _quiet_torchrun(verbose: bool) -> None:
@@ -262,28 +264,32 @@ def execute(plan: LaunchPlan) -> int:
             os.environ.pop(FAILURES_VAR, None)
         copies = _ran_independent_copies(plan, Path(notes))
         done = notes_.by_rank(Path(notes), "done")
+        ran = plan.method_cls.ran_as(plan.config.strategy, Path(notes)) if plan.method_cls and not copies else None
     elapsed = time.time() - _process_start()
     if copies:
         notice(_independent_copies_line(plan, elapsed))
         return 0  # the script did what it was written to do; the line says it was not a parallel job
-    notice(_finished_line(plan, done, elapsed))
+    if ran is not None and ran.note:
+        notice(ran.note)
+    notice(_finished_line(plan, done, elapsed, ran.spec if ran else plan.spec))
     return 0
 
 
-def _finished_line(plan: LaunchPlan, done: dict[int, dict], elapsed: float) -> str:
+def _finished_line(plan: LaunchPlan, done: dict[int, dict], elapsed: float, spec: str) -> str:
     """The job's last line: what ran, as the workers reported it — processes for the torch methods (each rank's
-    own note), and for TensorFlow's the replicas of the strategy the script really built, never the flag."""
+    own note) under the method the job reported (``spec``: a native DeepSpeed script's own stage), and for
+    TensorFlow's the replicas of the strategy the script really built, never the flag."""
     if plan.launcher is not Launcher.TFCONFIG:
         what = f"{plan.world_size} process{'es' if plan.world_size > 1 else ''}"
-        return f"{plan.spec} × {what} ({'GPU' if _gpu_count() else 'CPU'}) finished in {elapsed:.1f} s"
+        return f"{spec} × {what} ({'GPU' if _gpu_count() else 'CPU'}) finished in {elapsed:.1f} s"
     from paratrain.launcher import tfrun
 
     where = "GPU" if tfrun.gpu_count() else "CPU"
     replicas = _reported_replicas(plan, done)
     if plan.env.get(STRATEGY_VAR) == "mirrored":  # one process holding the replicas
         if replicas is None:
-            return f"{plan.spec}, replicas not reported ({where}) finished in {elapsed:.1f} s"
-        line = f"{plan.spec} × {_count(replicas, 'replica')} ({where}) finished in {elapsed:.1f} s"
+            return f"{spec}, replicas not reported ({where}) finished in {elapsed:.1f} s"
+        line = f"{spec} × {_count(replicas, 'replica')} ({where}) finished in {elapsed:.1f} s"
         asked = int((plan.details or {}).get("replicas", replicas))
         if replicas != asked:
             built = done[0].get("strategy")
@@ -292,7 +298,7 @@ def _finished_line(plan: LaunchPlan, done: dict[int, dict], elapsed: float) -> s
         return line
     what = f"{_count(plan.world_size, 'process', 'processes')}, "
     what += _count(replicas, "replica") if replicas is not None else "replicas not reported"
-    return f"{plan.spec} × {what} ({where}) finished in {elapsed:.1f} s"
+    return f"{spec} × {what} ({where}) finished in {elapsed:.1f} s"
 
 
 def _reported_replicas(plan: LaunchPlan, done: dict[int, dict]) -> int | None:

@@ -42,7 +42,14 @@ from types import TracebackType
 from typing import NoReturn
 
 from paratrain import exiting
-from paratrain.distenv import FAILURES_VAR, LOCAL_RANK_ARG_VAR, QUIET_TF_VAR, STRATEGY_VAR, TIMEOUT_VAR
+from paratrain.distenv import (
+    DEEPSPEED_WATCH_VAR,
+    FAILURES_VAR,
+    LOCAL_RANK_ARG_VAR,
+    QUIET_TF_VAR,
+    STRATEGY_VAR,
+    TIMEOUT_VAR,
+)
 from paratrain.errors import ParatrainError
 from paratrain.launcher import notes as notes_
 from paratrain.launcher import tf_import, tf_setup, torch_import
@@ -81,6 +88,10 @@ def _run_script(script: str, args: list[str]) -> None:
     sys.argv = [script, *args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
     torch_import.install()  # the script's own `import torch`, when it comes, without the collector's rescans
+    if os.environ.get(DEEPSPEED_WATCH_VAR) == "1":
+        from paratrain.launcher import deepspeed_watch
+
+        deepspeed_watch.install(lambda facts: note("deepspeed", facts))  # what the script's own config ran
     if os.environ.get(STRATEGY_VAR) in TF_METHODS:
         # and its `import tensorflow` set up for the method (tf_setup), without TF's start-up lines when quiet
         tf_import.install(quiet=os.environ.get(QUIET_TF_VAR) == "1")

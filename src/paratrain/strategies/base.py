@@ -65,6 +65,15 @@ class Availability:
         return cls(True, reason)
 
 
+@dataclass(frozen=True)
+class RanAs:
+    """What a job really ran, when its workers noted something other than the method spec says (a DeepSpeed script
+    that passed its own config): the job's last line names it, after the note about what was not applied."""
+
+    spec: str  # in place of the method spec on the job's last line
+    note: str | None = None  # one line said first, e.g. "…; deepspeed:zero1 was not applied"
+
+
 @dataclass(frozen=True, kw_only=True)
 class StrategyOptions:
     """Base for a method's options: a frozen dataclass that validates itself in ``__post_init__``.
@@ -176,6 +185,9 @@ class Strategy(ABC):
     # A method whose engine owns the gradients (DeepSpeed ZeRO keeps them in its own flat buffers) clips them itself,
     # from the grad_clip training option; the Session's clip_grad_norm_ would see no gradients there.
     clips_gradients: ClassVar[bool] = False
+    # Does the torch profiler see this method's collectives (gloo:/nccl: events)? Horovod runs its own on a
+    # background thread of its C++ core: compare's breakdown then says "not measured" rather than 0 MB and 0 %.
+    profiler_sees_collectives: ClassVar[bool] = True
 
     def __init__(self, options: StrategyOptions, env: DistEnv) -> None:
         self.options = options
@@ -190,9 +202,15 @@ class Strategy(ABC):
         """Cheap check: can this method run on this machine at all?"""
 
     @classmethod
-    def check_launch(cls, options: StrategyOptions, train: Any) -> dict[str, Any] | None:
+    def check_launch(cls, options: StrategyOptions, train: Any, script: Path | None = None) -> dict[str, Any] | None:
         """Checks the launcher runs before any process starts; returns what the method derived from its options
-        (shown by ``paratrain run --dry-run``), or None."""
+        for ``script`` (shown by ``paratrain run --dry-run``), or None."""
+        return None
+
+    @classmethod
+    def ran_as(cls, requested: str, notes: Path) -> RanAs | None:
+        """After a successful job: what it really ran, read from the workers' notes, when that is not what
+        ``requested`` (the ``--strategy`` text as the user wrote it) says; None when it is."""
         return None
 
     @classmethod

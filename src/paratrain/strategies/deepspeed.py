@@ -15,6 +15,7 @@ import importlib.util
 import io
 import logging
 import os
+import re
 import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -26,7 +27,16 @@ from paratrain.console import notice
 from paratrain.errors import ConfigError
 from paratrain.strategies import _procgroup
 from paratrain.strategies import deepspeed_config as ds_config
-from paratrain.strategies.base import Availability, BackwardSyncControl, Method, Strategy, StrategyOptions
+from paratrain.strategies.base import (
+    Availability,
+    BackwardSyncControl,
+    Method,
+    RanAs,
+    Strategy,
+    StrategyOptions,
+    expand_shorthands,
+    parse_spec,
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -84,19 +94,42 @@ class DeepSpeedStrategy(Strategy, BackwardSyncControl):
 
     @classmethod
     def script_env(cls, options, script) -> dict[str, str]:
-        """A script written for the ``deepspeed`` launcher (it calls ``deepspeed.initialize`` itself, with no
-        Session) is started as that launcher starts it: ``--local_rank=N`` appended to its arguments. Session
-        scripts get nothing appended (their argument parser need not know the flag)."""
-        from paratrain.distenv import LOCAL_RANK_ARG_VAR
+        """A script written for the ``deepspeed`` launcher (it calls ``deepspeed.initialize`` or
+        ``deepspeed.init_distributed`` itself, with no Session) is started as that launcher starts it:
+        ``--local_rank=N`` appended to its arguments. Session scripts get nothing appended (their argument parser
+        need not know the flag). Every worker notes what a script's own ``deepspeed.initialize`` ran (see
+        :mod:`paratrain.launcher.deepspeed_watch`)."""
+        from paratrain.distenv import DEEPSPEED_WATCH_VAR, LOCAL_RANK_ARG_VAR
 
-        env = {"DS_ACCELERATOR": "cuda" if torch.cuda.is_available() else "cpu"}
+        env = {"DS_ACCELERATOR": "cuda" if torch.cuda.is_available() else "cpu", DEEPSPEED_WATCH_VAR: "1"}
         if _is_native(script):
             env[LOCAL_RANK_ARG_VAR] = "1"
         return env
 
     @classmethod
-    def check_launch(cls, options, train) -> dict[str, Any]:
+    def check_launch(cls, options, train, script=None) -> dict[str, Any]:
+        if script is not None and _is_native(script):  # paratrain's config would never reach deepspeed.initialize
+            return {"deepspeed_config": NATIVE_CONFIG}
         return {"deepspeed_config": cls.final_config(options, train)}
+
+    @classmethod
+    def ran_as(cls, requested: str, notes) -> RanAs | None:
+        """A script that passed its own config to ``deepspeed.initialize`` ran what that config says: the job's
+        last line reports that stage, and options given in ``--strategy`` that it did not apply are named."""
+        from paratrain.launcher import notes as notes_
+
+        facts = notes_.by_rank(notes, "deepspeed")
+        if not facts:  # a Session script: paratrain's config ran, as the spec says
+            return None
+        ran = facts[min(facts)]
+        stage, offload = int(ran["zero_stage"]), str(ran.get("offload", "none"))
+        what = f"ZeRO stage {stage}" + (f", offload={offload}" if offload != "none" else "")
+        ignored = _not_applied(requested, stage, offload)
+        note = None
+        if ignored:
+            note = (f"the script's own config ran {what}; {requested.strip()} was not applied ({', '.join(ignored)}: "
+                    "paratrain's DeepSpeed options shape only a Session script's config)")
+        return RanAs(f"deepspeed (the script's own config: {what})", note)
 
     @classmethod
     def final_config(cls, options: DeepSpeedOptions, train: Any) -> dict[str, Any]:
@@ -129,8 +162,11 @@ class DeepSpeedStrategy(Strategy, BackwardSyncControl):
         if optimizer is not None:
             self._names = [[names[id(p)] for p in g["params"]] for g in optimizer.param_groups]
         config = self.final_config(self.options, self.train)
-        engine, ds_optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config,
-                                                          dist_init_required=False)
+        from paratrain.launcher import deepspeed_watch
+
+        with deepspeed_watch.session_call():  # paratrain's own config: nothing for the launcher to report
+            engine, ds_optimizer, _, _ = deepspeed.initialize(model=model, optimizer=optimizer, config=config,
+                                                              dist_init_required=False)
         self._engine = engine
         return engine, ds_optimizer
 
@@ -195,6 +231,10 @@ class DeepSpeedStrategy(Strategy, BackwardSyncControl):
         _procgroup.leave(self.env.timeout_s)
 
 
+NATIVE_CONFIG = ("the script's own: it passes its config to deepspeed.initialize itself (paratrain's config, and "
+                 "the stage, offload and config= of --strategy deepspeed:…, apply only to a paratrain.Session script)")
+
+
 def _check_scaled_clipping(options: DeepSpeedOptions, train: Any) -> None:
     """fp16-mixed with clipping under ZeRO 1–3 is refused: there DeepSpeed's torch_autocast scales the loss with a
     GradScaler but clips before unscaling, so it clips the loss-scaled gradients (the norm is ~2^16 too large) and
@@ -207,12 +247,33 @@ def _check_scaled_clipping(options: DeepSpeedOptions, train: Any) -> None:
 
 
 def _is_native(script) -> bool:
-    """Written for the deepspeed launcher: it initialises DeepSpeed itself and never builds a paratrain Session."""
+    """Written for the deepspeed launcher: it initialises DeepSpeed itself (``deepspeed.initialize``, or only
+    ``deepspeed.init_distributed`` for its process group) and never builds a paratrain Session. Read from the
+    script's text, which is all there is before it runs; what the script's config really ran is noted at run time."""
     try:
         text = script.read_text(errors="replace")
     except OSError:
         return False
-    return "deepspeed.initialize(" in text and "Session(" not in text
+    return bool(_DEEPSPEED_CALL.search(text)) and "Session(" not in text
+
+
+_DEEPSPEED_CALL = re.compile(r"\bdeepspeed\.(initialize|init_distributed)\s*\(")
+
+
+def _not_applied(requested: str, stage: int, offload: str) -> list[str]:
+    """The options written in ``requested`` (``deepspeed:zero1,config=ds.json``) that the script's run did not
+    follow. Options the user did not write are not named: plain ``deepspeed`` asks for nothing in particular."""
+    name, tokens = parse_spec(requested)
+    given = DeepSpeedOptions.from_strings(name, expand_shorthands(name, DeepSpeedOptions, tokens))
+    written = set(expand_shorthands(name, DeepSpeedOptions, tokens))
+    out = []
+    if "zero_stage" in written and given.zero_stage != stage:
+        out.append(f"zero_stage={given.zero_stage}")
+    if "offload" in written and given.offload != offload:
+        out.append(f"offload={given.offload}")
+    if "config" in written:
+        out.append(f"config={given.config}")
+    return out
 
 
 def _announce_compile(rank: int) -> None:

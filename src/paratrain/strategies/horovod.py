@@ -15,6 +15,7 @@ from __future__ import annotations
 import datetime
 import importlib.util
 import socket
+import types
 from dataclasses import dataclass
 from typing import Any, ClassVar, Literal
 
@@ -43,6 +44,7 @@ class HorovodStrategy(Strategy):
     # bf16-mixed keeps parameters and gradients fp32. fp16-mixed needs a GradScaler around Horovod's synchronize,
     # which paratrain does not do yet.
     supported_precision = frozenset({"fp32", "bf16-mixed"})
+    profiler_sees_collectives = False  # Horovod's allreduces run in its C++ background thread, not torch's ops
 
     def __init__(self, options, env) -> None:
         super().__init__(options, env)
@@ -125,9 +127,11 @@ class HorovodStrategy(Strategy):
         op = hvd.Adasum if self.options.op == "adasum" else hvd.Average
         grad_accum = self.train.grad_accum if self.train is not None else 1
         had_state = bool(optimizer.state)
+        user_optimizer = optimizer
         optimizer = hvd.DistributedOptimizer(optimizer, named_parameters=model.named_parameters(),
                                              compression=compression, backward_passes_per_step=grad_accum, op=op)
         _accept_set_to_none(optimizer)
+        _count_steps_for_schedulers(optimizer, user_optimizer)
         if had_state:
             # Only a optimizer that has state needs rank 0's: for an empty one Horovod first takes a real step with
             # zero gradients to create it — AdamW would count a step and decay the weights once, on every rank.
@@ -176,3 +180,21 @@ def _accept_set_to_none(optimizer: Any) -> None:
         torchs(set_to_none=set_to_none)
 
     optimizer.zero_grad = zero_grad
+
+
+def _count_steps_for_schedulers(wrapped: Any, user: torch.optim.Optimizer) -> None:
+    """``hvd.DistributedOptimizer`` is a new optimizer object over the user's parameter groups, so an LR scheduler
+    built on the user's optimizer (before ``prepare``) still sets the learning rates — but torch's scheduler learns
+    that the optimizer stepped only through the ``step`` it patched on *that* object (it sets ``_opt_called``),
+    which Horovod's step never calls. Every rank then warned "lr_scheduler.step() before optimizer.step()" at the
+    first step of a correct schedule. The wrapped optimizer's step tells the user's optimizer it stepped, as a
+    scheduler's own patch would; it stays a bound method, so a scheduler built later on the wrapped optimizer can
+    patch it in turn."""
+    if wrapped is user:
+        return
+
+    def step(self: Any, *args: Any, **kwargs: Any) -> Any:
+        user._opt_called = True  # type: ignore[attr-defined]  # what torch's LRScheduler reads
+        return type(self).step(self, *args, **kwargs)
+
+    wrapped.step = types.MethodType(step, wrapped)

@@ -1,0 +1,111 @@
+"""What a script's own ``deepspeed.initialize`` ran, noted for the launcher.
+
+A script written for the ``deepspeed`` launcher passes its own config to ``deepspeed.initialize``; the options of
+``--strategy deepspeed:…`` (stage, offload, ``config=``) only shape the config paratrain gives a Session. Before,
+``paratrain run -s deepspeed:zero1 script.py --zero 3`` trained ZeRO-3 and its last line said ``zero_stage=1``.
+So under the deepspeed method every worker watches ``deepspeed.initialize``: when the script (not the Session)
+calls it, the worker notes what the engine it got runs — ZeRO stage, offload, clipping — and the launcher says
+which config won and reports the stage that ran.
+
+The hook waits for the script's own ``import deepspeed`` (deepspeed is never imported for it, so a script that sets
+variables first keeps its meaning), then replaces the module's ``initialize`` with a wrapper, before the script can
+read it (``from deepspeed import initialize`` gets the wrapper too).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from types import ModuleType
+from typing import Any
+
+Facts = dict[str, Any]
+_local = threading.local()  # .session: a Session's own call (DeepSpeedStrategy.wrap), which is not the script's
+
+
+@contextlib.contextmanager
+def session_call() -> Iterator[None]:
+    """Around the Session's own ``deepspeed.initialize``: its config is paratrain's, nothing to report."""
+    _local.session = True
+    try:
+        yield
+    finally:
+        _local.session = False
+
+
+def engine_facts(engine: Any) -> Facts:
+    """What the engine runs, in the words of paratrain's options (``zero_stage``, ``offload``)."""
+    facts: Facts = {"zero_stage": int(engine.zero_optimization_stage())}
+    offload = "none"
+    if _offloaded(engine.zero_offload_optimizer()):
+        offload = "optimizer"
+    if _offloaded(engine.zero_offload_param()):
+        offload = "all"
+    facts["offload"] = offload
+    with contextlib.suppress(Exception):
+        facts["gradient_clipping"] = float(engine.gradient_clipping())
+    return facts
+
+
+def _offloaded(config: Any) -> bool:
+    device = getattr(config, "device", None)
+    return str(getattr(device, "value", device) or "none") not in ("none", "None")
+
+
+def watched(initialize: Callable[..., Any], report: Callable[[Facts], None]) -> Callable[..., Any]:
+    """``initialize`` that reports what the engine it built runs (a failure to read it never fails the script)."""
+
+    @functools.wraps(initialize)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        result = initialize(*args, **kwargs)
+        if not getattr(_local, "session", False):
+            with contextlib.suppress(Exception):
+                report(engine_facts(result[0]))
+        return result
+
+    return wrapper
+
+
+class _DeepSpeedFinder(importlib.abc.MetaPathFinder):
+    """Finds deepspeed as Python would, and wraps its ``initialize`` once the module has run. Used once."""
+
+    def __init__(self, report: Callable[[Facts], None]) -> None:
+        self.report = report
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> importlib.machinery.ModuleSpec | None:
+        if name != "deepspeed":
+            return None
+        uninstall()
+        spec = importlib.util.find_spec(name)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        execute = spec.loader.exec_module
+        report = self.report
+
+        def exec_module(module: ModuleType) -> None:
+            execute(module)
+            if callable(getattr(module, "initialize", None)):
+                module.initialize = watched(module.initialize, report)
+
+        spec.loader.exec_module = exec_module  # this spec's own loader object, not the loader class
+        return spec
+
+
+def install(report: Callable[[Facts], None]) -> None:
+    """In a worker, before the script runs."""
+    uninstall()
+    if "deepspeed" in sys.modules:  # already imported (not in a fresh worker): wrap it now
+        module = sys.modules["deepspeed"]
+        module.initialize = watched(module.initialize, report)  # type: ignore[attr-defined]
+        return
+    sys.meta_path.insert(0, _DeepSpeedFinder(report))
+
+
+def uninstall() -> None:
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _DeepSpeedFinder)]
