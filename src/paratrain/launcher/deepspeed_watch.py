@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import importlib.abc
-import importlib.machinery
-import importlib.util
 import sys
 import threading
 from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any
+
+from paratrain.launcher.import_hook import Execute, ImportHook
 
 Facts = dict[str, Any]
 _local = threading.local()  # .session: a Session's own call (DeepSpeedStrategy.wrap), which is not the script's
@@ -72,29 +71,14 @@ def watched(initialize: Callable[..., Any], report: Callable[[Facts], None]) -> 
     return wrapper
 
 
-class _DeepSpeedFinder(importlib.abc.MetaPathFinder):
-    """Finds deepspeed as Python would, and wraps its ``initialize`` once the module has run. Used once."""
+def _watched_import(execute: Execute, module: ModuleType, report: Callable[[Facts], None]) -> None:
+    """The import, then ``initialize`` replaced before the script can read it."""
+    execute(module)
+    if callable(getattr(module, "initialize", None)):
+        module.initialize = watched(module.initialize, report)
 
-    def __init__(self, report: Callable[[Facts], None]) -> None:
-        self.report = report
 
-    def find_spec(self, name: str, path: object = None, target: object = None) -> importlib.machinery.ModuleSpec | None:
-        if name != "deepspeed":
-            return None
-        uninstall()
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        execute = spec.loader.exec_module
-        report = self.report
-
-        def exec_module(module: ModuleType) -> None:
-            execute(module)
-            if callable(getattr(module, "initialize", None)):
-                module.initialize = watched(module.initialize, report)
-
-        spec.loader.exec_module = exec_module  # this spec's own loader object, not the loader class
-        return spec
+_hook = ImportHook("deepspeed", lambda execute, module: execute(module))
 
 
 def install(report: Callable[[Facts], None]) -> None:
@@ -104,8 +88,9 @@ def install(report: Callable[[Facts], None]) -> None:
         module = sys.modules["deepspeed"]
         module.initialize = watched(module.initialize, report)  # type: ignore[attr-defined]
         return
-    sys.meta_path.insert(0, _DeepSpeedFinder(report))
+    _hook.around = functools.partial(_watched_import, report=report)
+    _hook.install()
 
 
 def uninstall() -> None:
-    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _DeepSpeedFinder)]
+    _hook.uninstall()

@@ -25,9 +25,7 @@ of the strategy the script builds).
 from __future__ import annotations
 
 import contextlib
-import importlib.abc
-import importlib.machinery
-import importlib.util
+import functools
 import os
 import re
 import sys
@@ -36,6 +34,7 @@ from collections.abc import Iterator
 from types import ModuleType
 
 from paratrain.launcher import tf_setup
+from paratrain.launcher.import_hook import Execute, ImportHook
 
 # absl's prefix: severity, MMDD hh:mm:ss.micro, thread id, file:line] — I(nfo) and W(arning) are start-up noise.
 # Before absl is initialised the date is 0000 and the clock 00:00:<seconds since the epoch>.
@@ -74,41 +73,21 @@ def quiet_stderr() -> Iterator[None]:
                 os.write(2, kept)
 
 
-class _TensorFlowFinder(importlib.abc.MetaPathFinder):
-    """Finds tensorflow as Python would, runs its import (under :func:`quiet_stderr` in a quiet launch), then
-    :func:`tf_setup.prepare`. Used once, then gone."""
-
-    quiet = True
-
-    def find_spec(self, name: str, path: object = None, target: object = None) -> importlib.machinery.ModuleSpec | None:
-        if name != "tensorflow":
-            return None
-        uninstall()
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        execute = spec.loader.exec_module
-        quiet = self.quiet
-
-        def exec_module(module: ModuleType) -> None:
-            with quiet_stderr() if quiet else contextlib.nullcontext():
-                execute(module)
-                tf_setup.prepare(module)  # its device queries can log start-up lines of their own
-
-        spec.loader.exec_module = exec_module  # this spec's own loader object, not TensorFlow's loader class
-        return spec
+def _set_up(execute: Execute, module: ModuleType, quiet: bool) -> None:
+    """The import (under :func:`quiet_stderr` in a quiet launch), then :func:`tf_setup.prepare`."""
+    with quiet_stderr() if quiet else contextlib.nullcontext():
+        execute(module)
+        tf_setup.prepare(module)  # its device queries can log start-up lines of their own
 
 
-_finder = _TensorFlowFinder()
+_hook = ImportHook("tensorflow", functools.partial(_set_up, quiet=True))
 
 
 def install(quiet: bool = True) -> None:
     """In a worker of a TensorFlow launch, before the script runs; ``quiet`` filters the import's stderr."""
-    _finder.quiet = quiet
-    if "tensorflow" not in sys.modules and _finder not in sys.meta_path:
-        sys.meta_path.insert(0, _finder)
+    _hook.around = functools.partial(_set_up, quiet=quiet)
+    _hook.install()
 
 
 def uninstall() -> None:
-    if _finder in sys.meta_path:
-        sys.meta_path.remove(_finder)
+    _hook.uninstall()

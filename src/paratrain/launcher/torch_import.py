@@ -15,13 +15,12 @@ from __future__ import annotations
 
 import gc
 import importlib
-import importlib.abc
-import importlib.machinery
-import importlib.util
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from types import ModuleType
+
+from paratrain.launcher.import_hook import Execute, ImportHook
 
 
 @contextmanager
@@ -45,35 +44,19 @@ def load_torch() -> ModuleType:
     return sys.modules["torch"]
 
 
-class _TorchFinder(importlib.abc.MetaPathFinder):
-    """Finds torch as Python would, and runs its import with the collector paused. Used once, then gone."""
-
-    def find_spec(self, name: str, path: object = None, target: object = None) -> importlib.machinery.ModuleSpec | None:
-        if name != "torch":
-            return None
-        uninstall()
-        spec = importlib.util.find_spec(name)
-        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
-            return spec
-        execute = spec.loader.exec_module
-
-        def exec_module(module: ModuleType) -> None:
-            with collector_paused():
-                execute(module)
-
-        spec.loader.exec_module = exec_module  # this spec's own loader object, not torch's loader class
-        return spec
+def _paused(execute: Execute, module: ModuleType) -> None:
+    with collector_paused():
+        execute(module)
 
 
-_finder = _TorchFinder()
+_hook = ImportHook("torch", _paused)
 
 
 def install() -> None:
     """In a worker, before the script runs: the script's `import torch` happens with the collector paused."""
-    if "torch" not in sys.modules and _finder not in sys.meta_path:
-        sys.meta_path.insert(0, _finder)
+    _hook.install()
 
 
 def uninstall() -> None:
-    if _finder in sys.meta_path:
-        sys.meta_path.remove(_finder)
+    _hook.uninstall()
+
