@@ -73,7 +73,6 @@ class CompareSettings:
             raise ConfigError(f'--scaling "{self.scaling}" must be strong or weak')
         if self.script is not None:
             script_path(self.script, hint="give the path of a Session-based or Keras script")
-        if self.script is not None:
             _config_file()  # its checkpoint_dir is refused here, before anything is written
 
 
@@ -215,6 +214,7 @@ def plan_cells(settings: CompareSettings) -> list[Cell]:
     """Every (method, world size) to run, plus one 'unavailable' row per method that cannot run here."""
     names = strategies(settings)
     script, args = _script_args(settings)  # the same training for every cell
+    torch_flags, gpus = _run_flags(settings), visible_gpus()  # the same for every method: read once
     cells: list[Cell] = []
     for spec in names:
         name, _ = registry.parse_spec(spec)
@@ -236,8 +236,7 @@ def plan_cells(settings: CompareSettings) -> list[Cell]:
         # mirrored's --nproc is its replica count; the other one-process methods run once
         sizes = [1] if entry.launcher is Launcher.LOCAL and entry.framework == "torch" else settings.nproc
         run_script = KERAS_SCRIPT if entry.framework == "tensorflow" and not settings.script else script
-        flags = _run_flags(settings) if entry.framework == "torch" else []
-        gpus = visible_gpus()
+        flags = torch_flags if entry.framework == "torch" else []
         for n in sizes:
             if gpus and n > gpus:  # one process (or replica) per GPU: a launch would refuse it
                 cells.append(Cell(None, spec, n, f"needs {n} GPUs, {gpus} visible", normalized))
