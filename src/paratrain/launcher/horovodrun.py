@@ -79,6 +79,31 @@ def _noting_signals(received: list[int]) -> Any:
     return original
 
 
+@contextlib.contextmanager
+def _closing_rendezvous() -> Any:
+    """horovodrun leaves its rendezvous HTTP server listening after the job, on success and failure alike; its
+    daemon thread then wakes during interpreter shutdown and half-prints "Exception in thread" over paratrain's last
+    line. Every rendezvous server the job starts is shut and its port closed when the job ends."""
+    from horovod.runner import gloo_run
+
+    original, started = gloo_run.RendezvousServer, []
+
+    class Closing(original):  # type: ignore[misc, valid-type]
+        def start(self, *args: Any, **kwargs: Any) -> int:
+            port = super().start(*args, **kwargs)
+            started.append(self)
+            return port
+
+    gloo_run.RendezvousServer = Closing
+    try:
+        yield
+    finally:
+        gloo_run.RendezvousServer = original
+        for server in started:
+            server.stop()
+            server._httpd.server_close()  # stop() joins the serving thread but leaves the socket open
+
+
 def run(plan: LaunchPlan, notes: Path) -> None:
     from horovod.runner import gloo_run, launch
 
@@ -93,7 +118,7 @@ def run(plan: LaunchPlan, notes: Path) -> None:
     try:
         sys.argv = ["horovodrun", *plan.argv]
         args = launch.parse_args()  # horovodrun's parser reads sys.argv
-        with watchdog:
+        with watchdog, _closing_rendezvous():
             launch._run(args)
         # Workers stopped by horovodrun on a signal can all report success (they leave quietly on its SIGTERM)
         if watchdog.verdict:

@@ -1,0 +1,38 @@
+"""horovodrun, called in-process, leaves nothing of its own behind when the job ends."""
+
+import os
+import threading
+
+import pytest
+
+from paratrain.errors import LaunchError
+from paratrain.launcher.config import RunConfig
+from paratrain.launcher.plan import build_plan, execute
+from tests.helpers.launch import ROOT
+from tests.helpers.requirements import requires
+
+pytestmark = [pytest.mark.multiprocess, requires("horovod")]
+
+
+def _serving() -> list[str]:
+    return [t.name for t in threading.enumerate() if "serve_forever" in t.name]
+
+
+@pytest.mark.parametrize("fails", [False, True], ids=["succeeds", "fails"])
+def test_the_rendezvous_server_is_shut_when_the_job_ends(fails):
+    """Left serving, its daemon thread woke during interpreter shutdown and half-printed "Exception in thread" over
+    the job's last line (and its port stayed open for the rest of the process)."""
+    before = _serving()
+    saved = dict(os.environ)  # execute() sets the job's environment in this process, as the CLI does
+    try:
+        script = "exit3.py" if fails else "print_args.py"  # exit3: rank 1 of 2 exits with 3
+        plan = build_plan(RunConfig(strategy="horovod", nproc=2, script=str(ROOT / "tests/helpers/scripts" / script)))
+        if fails:
+            with pytest.raises(LaunchError, match="rank 1"):
+                execute(plan)
+        else:
+            assert execute(plan) == 0
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+    assert _serving() == before
