@@ -71,11 +71,14 @@ def _probe(code: str, timeout: float) -> dict:
         return {"error": "unreadable check output"}
 
 
-# What `horovodrun --check-build` lists (frameworks, controllers, tensor operations), plus the torch it was built for.
+# What `horovodrun --check-build` lists (frameworks, controllers, tensor operations), plus the torch (and TensorFlow)
+# it was built for. Only the torch binding is imported: the TensorFlow one would cost the import of TensorFlow.
 _HOROVOD_PROBE = """
 import json, importlib.resources as r, horovod.torch as hvd
-built = json.loads(r.files("horovod").joinpath("metadata.json").read_text()).get("pytorch")
-print(json.dumps({"controllers": [n for n, f in (("MPI", hvd.mpi_built), ("Gloo", hvd.gloo_built)) if f()],
+meta = json.loads(r.files("horovod").joinpath("metadata.json").read_text())
+built, tf = meta.get("pytorch"), meta.get("tensorflow")
+print(json.dumps({"tensorflow": tf if tf and tf != "none" else None,
+                  "controllers": [n for n, f in (("MPI", hvd.mpi_built), ("Gloo", hvd.gloo_built)) if f()],
                   "ops": [n for n, f in (("NCCL", hvd.nccl_built), ("DDL", hvd.ddl_built), ("CCL", hvd.ccl_built),
                                          ("MPI", hvd.mpi_built), ("Gloo", hvd.gloo_built)) if f()],
                   "torch": built}))
@@ -157,9 +160,17 @@ def backend_components(timeout: float = CHECK_TIMEOUT_S) -> list[Component]:
         if "error" in info:  # typically built for another torch: rebuilding for this one fixes it
             out.append(Component("Horovod", hvd, f"error: {info['error']}", "paratrain setup horovod --force"))
         else:
-            out.append(Component("Horovod", hvd, f"frameworks: PyTorch (built for torch {info['torch']}); "
+            frameworks = f"PyTorch (built for torch {info['torch']})"
+            tf_built, tf_here = info.get("tensorflow"), _dist_version("tensorflow", "tensorflow-cpu")
+            if tf_built:
+                frameworks += f", TensorFlow/Keras (built for TensorFlow {tf_built})"
+            fix = ""
+            if tf_here and (tf_built or "").split("+")[0] != tf_here.split("+")[0]:  # Keras scripts would fail
+                frameworks += f"; no Keras binding for the installed TensorFlow {tf_here}"
+                fix = "paratrain setup horovod --force"
+            out.append(Component("Horovod", hvd, f"frameworks: {frameworks}; "
                                                  f"controllers: {', '.join(info['controllers']) or 'none'}; "
-                                                 f"tensor ops: {', '.join(info['ops']) or 'none'}"))
+                                                 f"tensor ops: {', '.join(info['ops']) or 'none'}", fix))
     else:  # `pip install horovod` fails on current torch and CMake: paratrain builds a patched wheel
         out.append(Component("Horovod", None, "not installed", "paratrain setup horovod"))
     tf = _dist_version("tensorflow", "tensorflow-cpu")
@@ -180,7 +191,7 @@ def backend_components(timeout: float = CHECK_TIMEOUT_S) -> list[Component]:
 
 def method_statuses(timeout: float = CHECK_TIMEOUT_S) -> list[MethodStatus]:
     def check(entry: registry.MethodInfo) -> MethodStatus:
-        base = {"name": str(entry.method), "framework": entry.framework, "launcher": str(entry.launcher)}
+        base = {"name": str(entry.method), "framework": entry.frameworks, "launcher": str(entry.launcher)}
         if not entry.implemented:
             return MethodStatus(**base, status="not implemented", reason="planned; not in this version", fix="")
         avail = entry.load().available()

@@ -24,8 +24,10 @@ def test_default_compare_plans_keras_cells_for_the_mlp_only():
 
 def test_a_script_is_compared_by_the_methods_of_its_framework():
     keras = plan_cells(CompareSettings(workload=None, script=str(ROOT / "examples" / "keras_train.py"), nproc=[1, 2]))
-    assert [c.key for c in keras] == ["mirrored×1", "mirrored×2", "multiworker×1", "multiworker×2"]
-    assert default_strategies("tensorflow") == ["mirrored", "multiworker"]
+    assert [c.key for c in keras] == ["horovod×1", "horovod×2", "mirrored×1", "mirrored×2", "multiworker×1",
+                                      "multiworker×2"]  # Horovod runs Keras scripts too (its Keras binding)
+    assert {c.framework for c in keras} == {"tensorflow"}
+    assert default_strategies("tensorflow") == ["horovod", "mirrored", "multiworker"]
     torch = plan_cells(CompareSettings(workload=None, script=str(ROOT / "examples" / "session_train.py"), nproc=[2]))
     assert not any(c.strategy in ("mirrored", "multiworker") for c in torch)
 
@@ -62,7 +64,7 @@ def test_keras_cells_train_the_same_as_torch(tmp_path):
     assert "**PyTorch vs Keras**" in (tmp_path / "out" / "report.md").read_text()
 
 
-@requires("tensorflow", "tf_keras")
+@requires("tensorflow", "tf_keras", "horovod")
 @pytest.mark.slow
 @pytest.mark.multiprocess
 def test_a_keras_script_is_compared_against_mirrored_on_one_process(tmp_path):
@@ -71,8 +73,9 @@ def test_a_keras_script_is_compared_against_mirrored_on_one_process(tmp_path):
                            "--nproc", "1", "--steps", "12", "--warmup", "2", "--out", str(tmp_path / "out"),
                            "--db", str(tmp_path / "h.db"), "--json", timeout=400))
     results = json.loads(proc.stdout)
-    assert results["settings"]["strategies"] == ["mirrored", "multiworker"]
-    assert [(c["key"], c["status"]) for c in results["cells"]] == [("mirrored×1", "ok"), ("multiworker×1", "ok")]
+    assert results["settings"]["strategies"] == ["horovod", "mirrored", "multiworker"]
+    assert [(c["key"], c["status"]) for c in results["cells"]] == [("horovod×1", "ok"), ("mirrored×1", "ok"),
+                                                                   ("multiworker×1", "ok")]
     assert results["reference"] == "mirrored×1"
     lines = results["recommendation"]["lines"]
     winner = results["recommendation"]["winner"]
@@ -80,3 +83,24 @@ def test_a_keras_script_is_compared_against_mirrored_on_one_process(tmp_path):
     if winner != "mirrored×1":  # measured faster than the reference beyond the noise: said against it
         assert "mirrored×1 throughput" in lines[0], lines
     assert not any("single" in line for line in lines), lines  # no torch method named, none listed unavailable
+
+
+@requires("tensorflow", "tf_keras", "horovod")
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_horovod_on_a_keras_script_trains_what_one_process_does(tmp_path):
+    """Horovod's Keras binding in compare: two ranks, each on its half of every batch, against mirrored×1."""
+    script = str(ROOT / "examples" / "keras_train.py")
+    proc = check(paratrain("compare", "--script", script, "--script-args", "--epochs 2 --samples 1024 --width 16",
+                           "--strategies", "mirrored,horovod", "--nproc", "1,2", "--steps", "12", "--warmup", "2",
+                           "--out", str(tmp_path / "out"), "--db", str(tmp_path / "h.db"), "--json", timeout=400))
+    results = json.loads(proc.stdout)
+    cells = {c["key"]: c for c in results["cells"]}
+    assert results["reference"] == "mirrored×1"
+    assert all(c["status"] == "ok" and c["framework"] == "tensorflow" for c in cells.values()), cells
+    # per-step losses are recovered from Keras' running means in float32: the report's tolerance, not bit-equality
+    assert cells["horovod×2"]["loss_max_abs_diff"] <= 1e-5 and cells["horovod×1"]["loss_max_abs_diff"] <= 1e-6
+    (one,) = cells["mirrored×1"]["state_bytes"]  # per rank
+    # each rank holds a whole replica (the wrapped optimizer's scalar bookkeeping may differ by a few bytes)
+    assert one > 0 and all(abs(b - one) <= 0.01 * one for b in cells["horovod×2"]["state_bytes"])
+    assert len(cells["horovod×2"]["state_bytes"]) == 2

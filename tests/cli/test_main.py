@@ -52,6 +52,8 @@ def test_doctor_json_reports_every_method_and_backend():
     assert {"CUDA", "NCCL", "DeepSpeed", "Horovod", "TensorFlow"} <= set(components)
     horovod = components["Horovod"]["detail"]  # what `horovodrun --check-build` says, and the torch it was built for
     assert "controllers: Gloo" in horovod and "tensor ops: Gloo" in horovod and "built for torch 2." in horovod
+    assert "TensorFlow/Keras (built for TensorFlow 2." in horovod  # make test builds the Keras binding too
+    assert methods["horovod"]["framework"] == "torch, tensorflow"
 
 
 def test_doctor_table_has_fix_commands():
@@ -69,6 +71,7 @@ def test_strategies_lists_names_launchers_and_options():
     assert by_name["single"]["implemented"] is True and by_name["mirrored"]["implemented"] is True
     assert "collective=auto|ring|nccl" in by_name["multiworker"]["options"]
     assert by_name["horovod"]["launcher"] == "horovodrun" and "fp16 = compression=fp16" in by_name["horovod"]["options"]
+    assert by_name["horovod"]["frameworks"] == "torch, tensorflow" and by_name["ddp"]["frameworks"] == "torch"
     assert "zero3 = zero_stage=3" in by_name["deepspeed"]["options"]  # the shorthand users type is listed
 
 

@@ -16,7 +16,7 @@ if os.environ.get("CI") != "true":
 def test_a_second_call_is_a_no_op():
     proc = paratrain("setup", "horovod")
     assert proc.returncode == 0, proc.stderr
-    assert "already installed for this torch; nothing to do" in proc.stderr
+    assert "already installed for this torch and TensorFlow; nothing to do" in proc.stderr  # make test has both
 
 
 def test_reinstalling_from_the_cached_wheel_takes_seconds():
@@ -32,6 +32,15 @@ def test_reinstalling_from_the_cached_wheel_takes_seconds():
     assert "from the cached wheel" in proc.stderr and took < 30, (proc.stderr, took)
     components = {c["name"]: c for c in json.loads(paratrain("doctor", "--json").stdout)["components"]}
     assert components["Horovod"]["version"] == "0.28.1" and "tensor ops: Gloo" in components["Horovod"]["detail"]
+
+
+def test_the_wheel_is_keyed_by_tensorflow_too_and_carries_its_keras_binding():
+    """make test installs TensorFlow before it builds Horovod: the build has the Keras binding, for that TensorFlow."""
+    from paratrain.install import horovod
+
+    tf = horovod.tensorflow_version()
+    assert tf is not None and f"_tf-{tf}_" in horovod.build_key()
+    assert (horovod.built_for() or {}).get("tensorflow") == tf and horovod.matches_installed()
 
 
 def test_a_failed_build_step_is_one_line_with_its_log_and_keeps_the_installation(tmp_path):

@@ -21,6 +21,7 @@ from paratrain.advise import comm, memory
 from paratrain.advise.methods import METHODS, MethodModel
 from paratrain.advise.models import ModelSpec
 from paratrain.bench.report import NOISE
+from paratrain.strategies import registry
 
 GIB = 1 << 30
 USABLE = 0.9  # of a GPU's memory: the CUDA context, allocator fragmentation and temporaries take the rest
@@ -89,14 +90,15 @@ def _row(model: ModelSpec, m: MethodModel, hw: Hardware, plan: memory.Plan, fram
         outputs = plan.micro_batch * (plan.seq_len or model.transformer.seq_len) * model.transformer.vocab * 4
     link_bytes = comm.step_bytes(m.comm, model.params, ranks, p_b, g_b, outputs)
     host = comm.host_bytes(m.sharding.offload, model.params, ranks, p_b, g_b)
-    usable = m.framework == framework and (hw.nodes == 1 or m.multi_node)
+    runs = registry.info(m.method).runs(framework)  # horovod runs Keras scripts too
+    usable = runs and (hw.nodes == 1 or m.multi_node)
     row = Row(m, ranks, mem, True, usable, link_bytes, host, comm.seconds(link_bytes, host, hw.link),
               notes=list(mem.notes))
     row.misfit_where, row.misfit = _misfit(mem, min(ranks, hw.gpus), hw)
     row.fits = not row.misfit
     if row.misfit_where == "host":
         row.notes.append(row.misfit)
-    if m.framework != framework:
+    if not runs:
         row.unusable = f"a {m.framework} method (planning for {framework}: --framework {m.framework})"
     elif not usable:
         row.unusable = "one machine only"

@@ -18,7 +18,7 @@ from paratrain import __version__
 from paratrain.bench import equivalence
 from paratrain.bench.runner import CellSpec, run_cell
 from paratrain.errors import ConfigError
-from paratrain.launcher.config import DEFAULT_CONFIG, script_path
+from paratrain.launcher.config import DEFAULT_CONFIG, script_framework, script_path
 from paratrain.launcher.threads import available_cores
 from paratrain.strategies import registry
 from paratrain.strategies.base import Launcher, format_spec
@@ -83,6 +83,7 @@ class Cell:
     nproc: int
     reason: str = ""  # why it cannot run, for unavailable cells
     normalized: str = ""  # the canonical spelling (deepspeed:zero_stage=1), for code that compares methods
+    framework: str = ""  # of the training it runs (horovod runs a Keras script as a Keras cell); "" = the method's
 
     @property
     def key(self) -> str:
@@ -174,7 +175,7 @@ def default_nproc() -> list[int]:
 def default_strategies(framework: str | None = None) -> list[str]:
     """Every method in the registry (of ``framework`` when given); those that cannot run here become 'unavailable'
     rows."""
-    return [spec for m, e in registry.REGISTRY.items() if framework in (None, e.framework)
+    return [spec for m, e in registry.REGISTRY.items() if framework is None or e.runs(framework)
             for spec in (e.compare_specs or (str(m),))]
 
 
@@ -187,21 +188,12 @@ def strategies(settings: CompareSettings) -> list[str]:
     return default_strategies(script_framework(settings.script) if settings.script else None)
 
 
-def script_framework(script: str) -> str:
-    """"tensorflow" for a Keras / paratrain.tf script, else "torch" (what decides which methods can run it)."""
-    try:
-        text = Path(script).read_text(errors="replace")
-    except OSError:
-        return "torch"
-    markers = ("paratrain.tf", "from paratrain import tf", "import tensorflow", "from tensorflow", "import keras")
-    return "tensorflow" if any(m in text for m in markers) else "torch"
-
-
-def _framework_mismatch(settings: CompareSettings, framework: str) -> str | None:
-    """Why a method of ``framework`` cannot run the compared training, or None when it can."""
+def _framework_mismatch(settings: CompareSettings, entry: registry.MethodInfo) -> str | None:
+    """Why the method cannot run the compared training, or None when it can."""
+    framework = entry.framework
     if settings.script:
         own = script_framework(settings.script)
-        if own != framework:
+        if not entry.runs(own):
             kind = "a Keras (paratrain.tf) script" if own == "tensorflow" else "a PyTorch (Session) script"
             return f"{framework} method; {Path(settings.script).name} is {kind}"
         return None
@@ -219,7 +211,7 @@ def plan_cells(settings: CompareSettings) -> list[Cell]:
     for spec in names:
         name, _ = registry.parse_spec(spec)
         entry = registry.info(name)
-        mismatch = _framework_mismatch(settings, entry.framework)
+        mismatch = _framework_mismatch(settings, entry)
         if mismatch:
             cells.append(Cell(None, spec, settings.nproc[0], mismatch))
             continue
@@ -235,14 +227,15 @@ def plan_cells(settings: CompareSettings) -> list[Cell]:
             continue
         # mirrored's --nproc is its replica count; the other one-process methods run once
         sizes = [1] if entry.launcher is Launcher.LOCAL and entry.framework == "torch" else settings.nproc
-        run_script = KERAS_SCRIPT if entry.framework == "tensorflow" and not settings.script else script
-        flags = torch_flags if entry.framework == "torch" else []
+        framework = script_framework(settings.script) if settings.script else entry.framework
+        run_script = KERAS_SCRIPT if framework == "tensorflow" and not settings.script else script
+        flags = torch_flags if framework == "torch" else []
         for n in sizes:
             if gpus and n > gpus:  # one process (or replica) per GPU: a launch would refuse it
                 cells.append(Cell(None, spec, n, f"needs {n} GPUs, {gpus} visible", normalized))
                 continue
             cells.append(Cell(CellSpec(normalized, n, run_script, args, flags, _max_steps(settings)), spec, n,
-                              normalized=normalized))
+                              normalized=normalized, framework=framework))
     if not any(c.spec for c in cells):
         raise ConfigError("none of the requested methods can run here", hint="see `paratrain doctor`")
     return cells
@@ -344,7 +337,7 @@ def _profile_steps(settings: CompareSettings, total: int | None) -> int:
 
 
 def _framework(cell: Cell) -> str:
-    return registry.info(registry.parse_spec(cell.strategy)[0]).framework
+    return cell.framework or registry.info(registry.parse_spec(cell.strategy)[0]).framework
 
 
 def _unavailable(cell: Cell) -> dict[str, Any]:

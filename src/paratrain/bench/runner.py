@@ -41,12 +41,13 @@ def _last_error(log: Path) -> str:
     return lines[-1][-300:] if lines else "no output"
 
 
-def _nothing_recorded(strategy: str) -> str:
-    """Why a run that succeeded measured nothing, in the terms of its framework: a Session script records through
-    session.step(), a Keras one through the callbacks paratrain.tf hands to model.fit."""
-    from paratrain.strategies import registry
+def _nothing_recorded(script: str) -> str:
+    """Why a run that succeeded measured nothing, in the terms of its script's framework: a Session script records
+    through session.step(), a Keras one (under any method, Horovod's too) through the callbacks paratrain.tf hands to
+    model.fit."""
+    from paratrain.launcher.config import script_framework
 
-    if registry.info(registry.parse_spec(strategy)[0]).framework == "tensorflow":
+    if script_framework(script) == "tensorflow":
         return ("the script's model.fit recorded no steps: pass callbacks=ptf.callbacks(GLOBAL_BATCH) to it so "
                 "compare can measure it")
     return "the script never called session.step(): nothing to measure"
@@ -117,7 +118,7 @@ def run_cell(spec: CellSpec, folder: Path, *, warmup: int, timeout: float, token
     elif proc.returncode is None or wall > timeout:
         cell.update(status="failed", error=f"timed out after {timeout:g} s")
     elif proc.returncode == 0:
-        cell.update(status="failed", error=_nothing_recorded(spec.strategy))
+        cell.update(status="failed", error=_nothing_recorded(spec.script))
     else:
         cell.update(status="failed", error=_last_error(log))
     return cell

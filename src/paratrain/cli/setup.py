@@ -36,7 +36,8 @@ def setup(
 
         result = horovod.setup(show, force=force, rebuild=rebuild)
     if result.action == "present":
-        console.err.print(f"horovod {horovod.VERSION} is already installed for this torch; nothing to do "
+        what = "this torch and TensorFlow" if horovod.tensorflow_version() else "this torch"
+        console.err.print(f"horovod {horovod.VERSION} is already installed for {what}; nothing to do "
                           "(--force reinstalls)")
     elif result.action == "cached":
         console.err.print(f"installed horovod {horovod.VERSION} from the cached wheel {result.wheel} "

@@ -36,7 +36,7 @@ def strategies(json_out: bool = typer.Option(False, "--json", help="Print the li
     """
     from paratrain.strategies.registry import REGISTRY
 
-    rows = [{"name": str(e.method), "framework": e.framework, "launcher": str(e.launcher),
+    rows = [{"name": str(e.method), "framework": e.framework, "frameworks": e.frameworks, "launcher": str(e.launcher),
              "implemented": e.implemented, "options": _options_text(e), "when": e.summary}
             for e in REGISTRY.values()]
     if json_out:
@@ -47,7 +47,7 @@ def strategies(json_out: bool = typer.Option(False, "--json", help="Print the li
         table.add_column(col)
     for r in rows:
         name = r["name"] if r["implemented"] else f"[dim]{r['name']} (not implemented)[/]"
-        table.add_row(name, r["framework"], r["launcher"], escape(r["options"]), escape(r["when"]))
+        table.add_row(name, r["frameworks"], r["launcher"], escape(r["options"]), escape(r["when"]))
     console.out.print(table)
 
 

@@ -1,11 +1,12 @@
-"""``paratrain setup horovod``: Horovod 0.28.1 built for the installed torch, with a wheel cache.
+"""``paratrain setup horovod``: Horovod 0.28.1 built for the installed torch (and TensorFlow), with a wheel cache.
 
 Horovod's last release no longer builds as published against today's toolchains (CMake 4 refuses its bundled gloo,
 torch ≥ 2.1 needs C++17). This module fetches the sdist with pip, applies paratrain's patch set
 (``patches/horovod-0.28.1.patch``, explained hunk by hunk in ``patches/README.md``), builds a wheel with the Gloo
-controller and CPU operations (NCCL operations too when torch has CUDA), keeps it in a cache keyed by
-(horovod, torch, python, cuda) and installs it. The next install of the same combination takes seconds; an
-installation that already matches is left alone.
+controller and CPU operations (NCCL operations too when torch has CUDA) — with the TensorFlow/Keras binding too
+when TensorFlow is installed, since the seed shows Horovod as the method that serves both frameworks — keeps it in
+a cache keyed by (horovod, torch, tensorflow, python, cuda) and installs it. The next install of the same
+combination takes seconds; an installation that already matches is left alone.
 
 Library code: progress goes to a callback and failures are :class:`~paratrain.errors.SetupError`; the CLI renders.
 """
@@ -58,29 +59,54 @@ def cache_root() -> Path:
     return Path(base) / "paratrain"
 
 
+# The distributions TensorFlow is published as; the first one installed is the one Horovod compiles against.
+TENSORFLOW_DISTRIBUTIONS = ("tensorflow", "tensorflow-cpu", "tensorflow-intel", "tf-nightly")
+
+
+def tensorflow_version() -> str | None:
+    """The installed TensorFlow's version (from its metadata: importing it takes seconds), or None."""
+    for name in TENSORFLOW_DISTRIBUTIONS:
+        with contextlib.suppress(metadata.PackageNotFoundError):
+            return metadata.version(name).split("+")[0]
+    return None
+
+
 def build_key() -> str:
-    """What a Horovod wheel is only valid for: its version, torch's (its C++ ABI), the Python tag and CUDA."""
+    """What a Horovod wheel is only valid for: its version, torch's (its C++ ABI), TensorFlow's when it has the
+    TensorFlow binding, the Python tag and CUDA."""
     import torch
 
     cuda = f"cu{torch.version.cuda.replace('.', '')}" if torch.version.cuda else "cpu"
     torch_version = torch.__version__.split("+")[0]
-    return f"horovod-{VERSION}_torch-{torch_version}_{sys.implementation.cache_tag}_{cuda}"
+    tf = f"_tf-{tensorflow_version()}" if tensorflow_version() else ""
+    return f"horovod-{VERSION}_torch-{torch_version}{tf}_{sys.implementation.cache_tag}_{cuda}"
 
 
-def installed_for() -> str | None:
-    """The torch version the installed Horovod was built against, or None when there is no Horovod."""
+def built_for() -> dict[str, str] | None:
+    """What the installed Horovod was built against (``{"pytorch": "2.13.0", "tensorflow": "2.21.0"}``, a framework
+    absent when its binding was not built; ``{"horovod": "0.27.0"}`` for another release), or None without Horovod."""
     try:
         version = metadata.version("horovod")
     except metadata.PackageNotFoundError:
         return None
     if version != VERSION:
-        return f"horovod {version}"
+        return {"horovod": version}
     try:
-        spec = resources.files("horovod").joinpath("metadata.json")
-        built = json.loads(spec.read_text())
+        built = json.loads(resources.files("horovod").joinpath("metadata.json").read_text())
     except (FileNotFoundError, ModuleNotFoundError, ValueError, OSError):
-        return "unknown"
-    return str(built.get("pytorch") or built.get("torch") or "none")
+        return {}
+    found = {"pytorch": built.get("pytorch") or built.get("torch"), "tensorflow": built.get("tensorflow")}
+    return {k: str(v) for k, v in found.items() if v and v != "none"}
+
+
+def installed_for() -> str | None:
+    """The torch version the installed Horovod was built against ("none" without the torch binding), or None."""
+    built = built_for()
+    if built is None:
+        return None
+    if "horovod" in built:
+        return f"horovod {built['horovod']}"
+    return built.get("pytorch", "none" if built else "unknown")
 
 
 def torch_matches(built: str | None) -> bool:
@@ -89,15 +115,26 @@ def torch_matches(built: str | None) -> bool:
     return built is not None and built.split("+")[0] == torch.__version__.split("+")[0]
 
 
+def matches_installed() -> bool:
+    """The installed Horovod has the torch binding for this torch and, where TensorFlow is installed, the
+    TensorFlow binding for this TensorFlow."""
+    built = built_for() or {}
+    if not torch_matches(built.get("pytorch")):
+        return False
+    tf = tensorflow_version()
+    return tf is None or built.get("tensorflow", "").split("+")[0] == tf
+
+
 def setup(progress: Progress | None = None, *, force: bool = False, rebuild: bool = False) -> SetupResult:
-    """Make ``import horovod.torch`` work for the installed torch; see the module docstring.
+    """Make ``import horovod.torch`` work for the installed torch (and ``import horovod.tensorflow.keras`` for the
+    installed TensorFlow); see the module docstring.
 
     ``force`` reinstalls even when a matching Horovod is present; ``rebuild`` ignores the cached wheel.
     """
     say = progress or (lambda _text, _pct: None)
     started = time.monotonic()
     key = build_key()
-    if not force and not rebuild and torch_matches(installed_for()):
+    if not force and not rebuild and matches_installed():
         return SetupResult("present", None, time.monotonic() - started, key)
     folder = cache_root() / "wheels" / key
     cached = sorted(folder.glob("horovod-*.whl")) if folder.is_dir() else []
@@ -184,11 +221,13 @@ def _build_env(cmake: str) -> dict[str, str]:
     env = dict(os.environ)
     env.update({
         "HOROVOD_WITH_PYTORCH": "1", "HOROVOD_WITH_GLOO": "1", "HOROVOD_WITHOUT_MPI": "1",
-        "HOROVOD_WITHOUT_TENSORFLOW": "1", "HOROVOD_WITHOUT_MXNET": "1", "HOROVOD_CPU_OPERATIONS": "GLOO",
+        "HOROVOD_WITHOUT_MXNET": "1", "HOROVOD_CPU_OPERATIONS": "GLOO",
         "HOROVOD_CMAKE": cmake,
         # setup.py runs make -j8 unless MAKEFLAGS says otherwise: one job per core.
         "MAKEFLAGS": env.get("MAKEFLAGS") or f"-j{os.cpu_count() or 1}",
     })
+    # Asked for explicitly, so a TensorFlow the build cannot use fails the build instead of leaving the binding out.
+    env["HOROVOD_WITH_TENSORFLOW" if tensorflow_version() else "HOROVOD_WITHOUT_TENSORFLOW"] = "1"
     if torch.version.cuda and shutil.which("nvcc"):
         env.setdefault("HOROVOD_GPU_OPERATIONS", "NCCL")
     else:

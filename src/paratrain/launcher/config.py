@@ -149,6 +149,16 @@ def script_path(script: str, hint: str) -> Path:
     return path
 
 
+def script_framework(script: str | Path) -> str:
+    """"tensorflow" for a Keras / paratrain.tf script, else "torch": which methods can run it (read, not imported)."""
+    try:
+        text = Path(script).read_text(errors="replace")
+    except OSError:
+        return "torch"
+    markers = ("paratrain.tf", "from paratrain import tf", "import tensorflow", "from tensorflow", "import keras")
+    return "tensorflow" if any(m in text for m in markers) else "torch"
+
+
 def load_config(path: str | None) -> dict[str, Any]:
     """Read launch options from a TOML file (top level, or a ``[run]`` table). Missing default file = {}."""
     file = Path(path) if path else Path(DEFAULT_CONFIG)

@@ -9,6 +9,7 @@ the rank from the workers' own notes or, for a process killed from outside, from
 from __future__ import annotations
 
 import contextlib
+import os
 import re
 import signal
 import sys
@@ -54,7 +55,9 @@ def worker_env(timeout: float | None) -> dict[str, str]:
     stall = int(timeout) if timeout else 300
     return {"HOROVOD_STALL_CHECK_TIME_SECONDS": str(max(stall // 2, 1)),
             "HOROVOD_STALL_SHUTDOWN_TIME_SECONDS": str(stall),
-            "HOROVOD_GLOO_TIMEOUT_SECONDS": str(stall)}
+            "HOROVOD_GLOO_TIMEOUT_SECONDS": str(stall),
+            # Horovod's Keras binding wraps Keras 2 optimizers: a Keras script gets tf_keras (the user's value wins)
+            "TF_USE_LEGACY_KERAS": os.environ.get("TF_USE_LEGACY_KERAS", "1")}
 
 
 def _noting_signals(received: list[int]) -> Any:
@@ -104,6 +107,27 @@ def _closing_rendezvous() -> Any:
             server._httpd.server_close()  # stop() joins the serving thread but leaves the socket open
 
 
+@contextlib.contextmanager
+def _gloo_check_in_process() -> Any:
+    """horovodrun asks "was Gloo built?" by importing each framework binding in a forked process, TensorFlow's
+    first: with the Keras binding built, every launch (torch jobs too) imported TensorFlow once more — seconds, and
+    TensorFlow's start-up lines on the launcher's stderr, past the devnull it sets for Python. The torch binding
+    (which paratrain's setup always builds, with Gloo) answers the same question in-process, in a blink."""
+    from horovod.runner import launch
+
+    def gloo_built(verbose: bool = False) -> bool:
+        import horovod.torch
+
+        return bool(horovod.torch.gloo_built())
+
+    original = launch.gloo_built
+    launch.gloo_built = gloo_built
+    try:
+        yield
+    finally:
+        launch.gloo_built = original
+
+
 def run(plan: LaunchPlan, notes: Path) -> None:
     from horovod.runner import gloo_run, launch
 
@@ -118,7 +142,7 @@ def run(plan: LaunchPlan, notes: Path) -> None:
     try:
         sys.argv = ["horovodrun", *plan.argv]
         args = launch.parse_args()  # horovodrun's parser reads sys.argv
-        with watchdog, _closing_rendezvous():
+        with watchdog, _closing_rendezvous(), _gloo_check_in_process():
             launch._run(args)
         # Workers stopped by horovodrun on a signal can all report success (they leave quietly on its SIGTERM)
         if watchdog.verdict:

@@ -35,7 +35,7 @@ from paratrain.distenv import (
 )
 from paratrain.errors import ConfigError, LaunchError
 from paratrain.launcher import notes as notes_
-from paratrain.launcher.config import RunConfig, script_path
+from paratrain.launcher.config import RunConfig, script_framework, script_path
 from paratrain.launcher.threads import ThreadChoice, choose_threads, oversubscribed
 from paratrain.launcher.torch_import import load_torch
 from paratrain.launcher.watchdog import Watchdog, explain_timeout
@@ -207,7 +207,12 @@ def build_plan(config: RunConfig) -> LaunchPlan:
         nproc = horovodrun.check(config, gpus)
         threads = choose_threads(nproc, gpus=gpus, requested=config.threads)
         env.update({NPROC_VAR: str(nproc), "OMP_NUM_THREADS": str(threads.threads),
+                    "TF_NUM_INTRAOP_THREADS": str(threads.threads),  # a Keras script's share, as under tfrun
                     **horovodrun.worker_env(config.timeout)})
+        if script_framework(script) == "tensorflow":  # Horovod's Keras binding: TensorFlow as quiet as under tfrun
+            from paratrain.launcher import tfrun
+
+            tfrun.quiet(env, config.verbose)
         argv = horovodrun.argv(nproc, str(script), list(config.args), config.rendezvous_timeout)
         return LaunchPlan(config, spec, info.launcher, nproc, env, argv, threads, details, cls)
     nproc = config.nproc or (gpus if gpus else 2)

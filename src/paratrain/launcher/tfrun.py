@@ -60,9 +60,7 @@ def build(config: RunConfig, cls: Any, options: Any, env: dict[str, str], script
     threads = choose_threads(processes, gpus=gpus, requested=config.threads)
     env.update({NPROC_VAR: str(nproc), "OMP_NUM_THREADS": str(threads.threads),
                 "TF_NUM_INTRAOP_THREADS": str(threads.threads)})
-    if not config.verbose:
-        env.setdefault("TF_CPP_MIN_LOG_LEVEL", os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
-        env[QUIET_TF_VAR] = "1"  # and the lines that level does not reach (launcher/tf_import.py)
+    quiet(env, config.verbose)
     if method == "multiworker":
         # Keras 3's fit fails under MultiWorkerMirroredStrategy (keras-team/keras#20585); tf_keras works.
         env.setdefault("TF_USE_LEGACY_KERAS", os.environ.get("TF_USE_LEGACY_KERAS", "1"))
@@ -73,6 +71,13 @@ def build(config: RunConfig, cls: Any, options: Any, env: dict[str, str], script
 
     # Both TensorFlow methods are started and supervised here (mirrored: one process holding all the replicas).
     return LaunchPlan(config, spec, Launcher.TFCONFIG, processes, env, argv, threads, {"replicas": nproc})
+
+
+def quiet(env: dict[str, str], verbose: bool) -> None:
+    """TensorFlow's start-up lines hidden in the workers unless ``--verbose`` (any launch that may run Keras)."""
+    if not verbose:
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
+        env[QUIET_TF_VAR] = "1"  # and the lines that level does not reach (launcher/tf_import.py)
 
 
 def check(config: RunConfig, method: str, gpus: int) -> int:

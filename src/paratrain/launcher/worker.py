@@ -92,7 +92,7 @@ def _run_script(script: str, args: list[str]) -> None:
         from paratrain.launcher import deepspeed_watch
 
         deepspeed_watch.install(lambda facts: note("deepspeed", facts))  # what the script's own config ran
-    if os.environ.get(STRATEGY_VAR) in TF_METHODS:
+    if os.environ.get(STRATEGY_VAR) in TF_METHODS or os.environ.get(QUIET_TF_VAR) == "1":  # (horovod: Keras too)
         # and its `import tensorflow` set up for the method (tf_setup), without TF's start-up lines when quiet
         tf_import.install(quiet=os.environ.get(QUIET_TF_VAR) == "1")
     runpy.run_path(script, run_name="__main__")

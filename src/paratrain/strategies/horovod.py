@@ -68,6 +68,25 @@ class HorovodStrategy(Strategy):
                                 SETUP_FIX + " --force")
         return Availability.yes("Horovod on " + ("GPU (NCCL)" if torch.cuda.is_available() else "CPU (Gloo)"))
 
+    @classmethod
+    def check_launch(cls, options: StrategyOptions, train: Any, script: Any = None) -> dict[str, Any] | None:
+        """A Keras script needs Horovod's TensorFlow binding, which `paratrain setup horovod` builds only when
+        TensorFlow is installed: said once here rather than by every worker's ImportError."""
+        from paratrain.install import horovod as install
+        from paratrain.launcher.config import script_framework
+
+        if script is not None and script_framework(script) == "tensorflow":
+            tf = install.tensorflow_version()
+            built = (install.built_for() or {}).get("tensorflow")
+            if tf is None:
+                raise ConfigError(f"{script} is a Keras script and TensorFlow is not installed",
+                                  hint="pip install tensorflow-cpu (then `paratrain setup horovod --force`)")
+            if built != tf:
+                had = f"TensorFlow {built}" if built else "no TensorFlow binding"
+                raise ConfigError(f"{script} is a Keras script, but the installed Horovod has {had} (TensorFlow "
+                                  f"{tf} is installed)", hint=SETUP_FIX + " --force")
+        return None
+
     def setup(self) -> None:
         if not self.env.launched:
             raise LaunchError("strategy horovod needs Horovod's launcher (HOROVOD_RANK is not set)",

@@ -31,10 +31,20 @@ class MethodInfo:
     target: str | None  # "module:Class"; None while the method is not implemented yet
     multi_process: bool  # True when --nproc > 1 starts several processes
     compare_specs: tuple[str, ...] = ()  # the cells `paratrain compare` runs by default (none: the bare method)
+    also_runs: tuple[str, ...] = ()  # other frameworks whose scripts it runs (Horovod: Keras scripts too)
 
     @property
     def implemented(self) -> bool:
         return self.target is not None
+
+    @property
+    def frameworks(self) -> str:
+        """What the tables show: "torch", or "torch, tensorflow" for a method that runs both kinds of script."""
+        return ", ".join((self.framework, *self.also_runs))
+
+    def runs(self, framework: str) -> bool:
+        """Can this method run a script of ``framework`` ("torch" or "tensorflow")?"""
+        return framework == self.framework or framework in self.also_runs
 
     def load(self) -> type[Strategy]:
         if self.target is None:
@@ -65,7 +75,7 @@ _ENTRIES = [
                ("deepspeed:zero1", "deepspeed:zero2", "deepspeed:zero3")),
     MethodInfo(Method.HOROVOD, "torch", Launcher.HOROVODRUN,
                "Horovod ring all-reduce through horovodrun; for clusters and scripts already built on Horovod",
-               "paratrain.strategies.horovod:HorovodStrategy", True),
+               "paratrain.strategies.horovod:HorovodStrategy", True, also_runs=("tensorflow",)),
     MethodInfo(Method.MIRRORED, "tensorflow", Launcher.LOCAL,
                "tf.distribute.MirroredStrategy: Keras on all GPUs of one machine (or N logical CPU devices)",
                "paratrain.strategies.mirrored:MirroredStrategy", False),

@@ -77,7 +77,7 @@ def _recorder_class() -> type:
             self._write({"epoch_start": epoch, "t": time.time()})
 
         def on_epoch_end(self, epoch: int, logs: Any = None) -> None:
-            self._flush(float((logs or {}).get("loss", self._mean)))
+            self._flush(_job_mean(float((logs or {}).get("loss", self._mean))))
             self._write({"epoch_end": epoch, "t": time.time()})
 
         def _flush(self, epoch_loss: float) -> None:
@@ -95,7 +95,7 @@ def _recorder_class() -> type:
 
         def on_train_batch_end(self, batch: int, logs: Any = None) -> None:
             now = time.perf_counter()
-            mean = float((logs or {}).get("loss", float("nan")))
+            mean = _job_mean(float((logs or {}).get("loss", float("nan"))))
             size = self._batch
             if self._samples:  # the last batch of a pass is short
                 size = max(1, min(self._batch, self._samples - self._seen % self._samples))
@@ -133,6 +133,14 @@ def _recorder_class() -> type:
     return StepRecorder
 
 
+def _job_mean(loss: float) -> float:
+    """The loss of the whole job: under Horovod each rank's Keras logs the loss of its own rows only (every rank
+    calls this for every batch, so the all-reduce matches up); tf.distribute's logs already span the job."""
+    from paratrain.tf import horovod
+
+    return horovod.average(loss) if horovod.active() and horovod.size() > 1 else loss
+
+
 def log(**values: Any) -> None:
     """Record named values (accuracy, final loss) for compare's report; a no-op outside a measured run."""
     folder = os.environ.get(METRICS_VAR)
@@ -149,12 +157,15 @@ def backup_and_restore(directory: str | os.PathLike[str], every: int | None = No
 
 
 def callbacks(global_batch: int, *, samples: int | None = None, max_steps: int | None = None) -> list[Any]:
-    """The callbacks the launcher asked for: compare's recorder when measuring, BackupAndRestore with
-    ``--checkpoint-dir``. Pass them to ``model.fit(..., callbacks=ptf.callbacks(128))``. Keras does not say how many
-    samples a step took: ``global_batch`` is the batch the dataset was batched with and ``samples`` the size of one
-    pass (its last batch is short); ``max_steps`` ends the fit after that many steps (compare's ``--steps`` for a
-    user's script overrides it)."""
-    out: list[Any] = []
+    """The callbacks the launcher asked for: Horovod's optimizer, broadcast and metric average under ``--strategy
+    horovod``, compare's recorder when measuring, BackupAndRestore with ``--checkpoint-dir``. Pass them to
+    ``model.fit(..., callbacks=ptf.callbacks(128))``. Keras does not say how many samples a step took:
+    ``global_batch`` is the batch the dataset was batched with and ``samples`` the size of one pass (its last batch
+    is short); ``max_steps`` ends the fit after that many steps (compare's ``--steps`` for a user's script
+    overrides it)."""
+    from paratrain.tf import horovod
+
+    out: list[Any] = horovod.callbacks() if horovod.active() else []
     folder = os.environ.get(METRICS_VAR)
     if folder:
         limit = os.environ.get(MAX_STEPS_VAR)

@@ -5,6 +5,8 @@
 left on ``AUTO``: ``AUTO`` tries to shard by *file* and, for an in-memory dataset (``from_tensor_slices``), falls
 back to ``DATA`` with a warning on every worker; ``FILE`` would fail outright. ``DATA`` gives each worker its part of
 each global batch, so the job sees every sample once per epoch, in the order one process would.
+Under ``horovod`` (no tf.distribute strategy spans the processes) each rank takes its rows of each global batch
+itself (:func:`paratrain.tf.horovod.shard`).
 """
 
 from __future__ import annotations
@@ -13,9 +15,13 @@ from typing import Any
 
 
 def shard_by_data(dataset: Any) -> Any:
-    """The dataset with auto-shard policy ``DATA`` (see the module docstring)."""
+    """The dataset with auto-shard policy ``DATA`` (see the module docstring); a dataset of *global batches*."""
     import tensorflow as tf
 
+    from paratrain.tf import horovod
+
+    if horovod.active():
+        return horovod.shard(dataset)
     options = tf.data.Options()
     options.experimental_distribute.auto_shard_policy = tf.data.experimental.AutoShardPolicy.DATA
     return dataset.with_options(options)

@@ -6,7 +6,8 @@ exist only if they are configured before TensorFlow initialises its runtime, whi
 come before any TensorFlow op — except under ``paratrain run``, whose worker splits the CPU as soon as the script has
 imported TensorFlow (:mod:`paratrain.launcher.tf_setup`), so a later call finds the devices there.
 ``multiworker`` is one process per worker; ``TF_CONFIG`` (written by the launcher, or by the user for a native
-script) says who is who. A plain ``python train.py`` gets TensorFlow's default
+script) says who is who. ``horovod`` is one process per worker too, each on TensorFlow's default strategy, with
+Horovod averaging the gradients (:mod:`paratrain.tf.horovod`). A plain ``python train.py`` gets TensorFlow's default
 strategy, so the same script runs everywhere unchanged.
 """
 
@@ -20,15 +21,16 @@ from typing import Any
 
 from paratrain.distenv import NPROC_VAR, STRATEGY_VAR, option_var
 from paratrain.errors import ConfigError
+from paratrain.tf import horovod
 
 COLLECTIVE_VAR = option_var("collective")
 _built: Any = None  # one strategy per process: TensorFlow allows only one MultiWorkerMirroredStrategy
 
 
 def method() -> str:
-    """``mirrored``, ``multiworker`` or ``single`` (no launcher, or a torch method's variables)."""
+    """``mirrored``, ``multiworker``, ``horovod`` or ``single`` (no launcher, or a torch method's variables)."""
     chosen = os.environ.get(STRATEGY_VAR, "")
-    if chosen in ("mirrored", "multiworker"):
+    if chosen in ("mirrored", "multiworker", horovod.METHOD):
         return chosen
     return "multiworker" if os.environ.get("TF_CONFIG") else "single"
 
@@ -53,11 +55,15 @@ def _task() -> tuple[int, int]:
 
 def rank() -> int:
     """This process's index among the workers (0 for mirrored and single: one process)."""
+    if horovod.active():
+        return horovod.rank()
     return _task()[0] if method() == "multiworker" else 0
 
 
 def world_size() -> int:
     """Processes in the job (not replicas: a mirrored process holds several)."""
+    if horovod.active():
+        return horovod.size()
     return _task()[1] if method() == "multiworker" else 1
 
 
@@ -141,6 +147,8 @@ def strategy() -> Any:
         _built = _multiworker(tf)
         _joined(tf, _built)
     else:
+        if chosen == horovod.METHOD:
+            horovod.hvd()  # hvd.init(): Horovod's Keras recipe starts here
         _built = tf.distribute.get_strategy()
     return _built
 
