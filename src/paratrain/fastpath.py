@@ -56,3 +56,10 @@ def turn_off_nested_tensor(model: torch.nn.Module) -> list[str]:
             module.use_nested_tensor = False
             names.append(name)
     return names
+
+
+def turned_off_notice(method: str, names: list[str]) -> str:
+    """The one line that says where :func:`turn_off_nested_tensor` acted, and why."""
+    return (f"{method} hooks the attention in {', '.join(n or 'the model' for n in names)} (nn.TransformerEncoder), "
+            "which then cannot take torch's nested-tensor fast path: turned nested tensors off there "
+            "(use_nested_tensor=False); evaluation takes the ordinary padded path")

@@ -162,9 +162,7 @@ class Session:
         native = opts.precision in self._strategy.native_precision
         amp.apply(wrapped, opts.precision, self.device, autocast=not native)
         if names := fastpath.turn_off_nested_tensor(self._strategy.unwrap(wrapped)):
-            notice(f"{self._strategy.method} hooks the attention in {', '.join(n or 'the model' for n in names)} "
-                   "(nn.TransformerEncoder), which then cannot take torch's nested-tensor fast path: turned nested "
-                   "tensors off there (use_nested_tensor=False); evaluation takes the ordinary padded path")
+            notice(fastpath.turned_off_notice(str(self._strategy.method), names))
         if opts.compile_backend is not None:
             wrapped.compile(backend=opts.compile_backend)  # in place: state dict keys stay the user's
         self._scaler = amp.scaler(opts.precision, self.device, native=native)

@@ -156,3 +156,13 @@ def test_without_deepspeed_the_error_names_the_install_command(tmp_path):
     proc = paratrain("run", "-s", "deepspeed:zero2", "-n", "2", str(SESSION_TRAIN), env=env)
     assert proc.returncode != 0 and 'pip install "paratrain[deepspeed]"' in proc.stderr, proc.stderr
     assert "DeepSpeed is not installed" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_bare_zero3_script_evaluates_a_stock_transformer_encoder_with_a_padding_mask(tmp_path):
+    """Its own deepspeed.initialize gets what a Session's does: nested tensors off where ZeRO-3 hooks the attention
+    (else the first evaluation fails: MultiheadAttention does not support NestedTensor outside of its fast path)."""
+    proc = check(paratrain("run", "-s", "deepspeed", "-n", "2", str(SCRIPTS / "ds_native_encoder.py"), str(tmp_path),
+                           timeout=300))
+    assert "turned nested tensors off there" in proc.stderr and "encoder (nn.TransformerEncoder)" in proc.stderr
+    losses = [json.loads((tmp_path / f"eval{r}.json").read_text())["loss"] for r in (0, 1)]
+    assert losses[0] == losses[1] and losses[0] > 0

@@ -5,7 +5,8 @@ A script written for the ``deepspeed`` launcher passes its own config to ``deeps
 ``paratrain run -s deepspeed:zero1 script.py --zero 3`` trained ZeRO-3 and its last line said ``zero_stage=1``.
 So under the deepspeed method every worker watches ``deepspeed.initialize``: when the script (not the Session)
 calls it, the worker notes what the engine it got runs — ZeRO stage, offload, clipping — and the launcher says
-which config won and reports the stage that ran.
+which config won and reports the stage that ran. It also turns off the nested-tensor packing ZeRO-3's hooks break,
+as the Session does for its own engine (:mod:`paratrain.fastpath`).
 
 The hook waits for the script's own ``import deepspeed`` (deepspeed is never imported for it, so a script that sets
 variables first keeps its meaning), then replaces the module's ``initialize`` with a wrapper, before the script can
@@ -66,9 +67,22 @@ def watched(initialize: Callable[..., Any], report: Callable[[Facts], None]) -> 
         if not getattr(_local, "session", False):
             with contextlib.suppress(Exception):
                 report(engine_facts(result[0]))
+            _serve_the_fast_path(result[0])
         return result
 
     return wrapper
+
+
+def _serve_the_fast_path(engine: Any) -> None:
+    """What the Session does for its own engine: ZeRO-3's hooks on a stock ``nn.TransformerEncoder``'s attention
+    break torch's nested-tensor fast path at the first evaluation with a padding mask (``MultiheadAttention does
+    not support NestedTensor outside of its fast path``); the packing is turned off there, with one notice."""
+    from paratrain import fastpath
+    from paratrain.console import notice
+
+    module = getattr(engine, "module", None)
+    if module is not None and (names := fastpath.turn_off_nested_tensor(module)):
+        notice(fastpath.turned_off_notice("deepspeed", names))
 
 
 def _watched_import(execute: Execute, module: ModuleType, report: Callable[[Facts], None]) -> None:
