@@ -44,9 +44,9 @@ def test_grad_accum_steps_once_per_global_batch():
 
 def test_compares_float_order_floor_splits_a_scripts_own_accumulation_further(monkeypatch):
     """The floor's split multiplies Session(grad_accum=K) instead of conflicting with it as a flag would."""
-    from paratrain.metrics import SPLIT_VAR
+    from paratrain.distenv import ACCUM_SPLIT_VAR
 
-    monkeypatch.setenv(SPLIT_VAR, "2")
+    monkeypatch.setenv(ACCUM_SPLIT_VAR, "2")
     session = pt.Session(grad_accum=2)
     model = torch.nn.Linear(2, 1)
     data = TensorDataset(torch.randn(8, 2), torch.randn(8, 1))
@@ -168,7 +168,7 @@ def test_a_metric_driven_scheduler_is_refused_with_the_fix():
 
 def test_script_options_that_disagree_with_the_launcher_are_an_error(monkeypatch):
     monkeypatch.setenv("PARATRAIN_STRATEGY", "fsdp")
-    monkeypatch.setenv("PARATRAIN_SHARD", "full")
+    monkeypatch.setenv("PARATRAIN_METHOD_OPTIONS", '{"shard": "full"}')
     with pytest.raises(ConfigError, match="launched with --strategy fsdp"):
         pt.Session("fsdp:shard=grad_op")
 

@@ -18,18 +18,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import IO, TYPE_CHECKING, Any
 
+from paratrain.distenv import METRICS_VAR, PROFILE_VAR
+
 if TYPE_CHECKING:  # torch is imported where it is used: a Keras script's recorder needs this module too
     import torch
 
-METRICS_VAR = "PARATRAIN_METRICS"
-MAX_STEPS_VAR = "PARATRAIN_MAX_STEPS"  # compare --steps for a user's script: the Session ends the run there
-PROFILE_VAR = "PARATRAIN_PROFILE"  # "START,COUNT": profile the COUNT steps after step START (compare sets it)
-# compare's seed floor: reseed the RNGs after prepare() with this value — other dropout masks, the same initial
-# weights (built before prepare) and the same data order (the loader's shuffle has its own seed)
-RESEED_VAR = "PARATRAIN_RESEED"
-# compare's float-order floor: split every micro-batch into this many (the Session multiplies its grad_accum,
-# whether it came from a flag or from the script's own Session(grad_accum=K), so the two never conflict)
-SPLIT_VAR = "PARATRAIN_ACCUM_SPLIT"
 PHASES = ("data", "forward", "backward", "optimizer")
 
 

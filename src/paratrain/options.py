@@ -17,9 +17,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from paratrain.distenv import TRAIN_VAR
 from paratrain.errors import ConfigError, did_you_mean
 
-TRAIN_VAR = "PARATRAIN_TRAIN"  # JSON of the options the launcher was given
 PRECISIONS = ("fp32", "bf16-mixed", "fp16-mixed", "bf16-true")
 FLAGS = {"precision": "--precision", "grad_clip": "--grad-clip", "compile": "--compile", "seed": "--seed",
          "grad_accum": "--grad-accum", "per_rank_batch": "--per-rank-batch",

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import atexit
 import dataclasses
-import os
 import sys
 import time
 from pathlib import Path
@@ -17,7 +16,7 @@ from typing import Any, Literal
 
 import torch
 
-from paratrain import batchnorm, checkpoint, evaluation, fastpath, metrics
+from paratrain import batchnorm, checkpoint, distenv, evaluation, fastpath, metrics
 from paratrain import options as train_options
 from paratrain import precision as amp
 from paratrain.console import notice, user_print
@@ -26,6 +25,7 @@ from paratrain.distenv import DistEnv
 from paratrain.errors import ConfigError, LaunchError, ParatrainError
 from paratrain.progress import Progress
 from paratrain.resume import AutoCheckpoint
+from paratrain.run_hooks import RunHooks
 from paratrain.strategies import _procgroup, registry
 from paratrain.strategies.base import BackwardSyncControl, Strategy
 
@@ -63,8 +63,10 @@ class Session:
         self.options = train_options.resolve(
             {"precision": precision, "grad_clip": grad_clip, "compile": compile, "seed": seed,
              "grad_accum": grad_accum, "per_rank_batch": per_rank_batch}, train_options.from_env())
-        if (split := os.environ.get(metrics.SPLIT_VAR, "")).isdigit() and int(split) > 1:  # compare's float floor
-            self.options = dataclasses.replace(self.options, grad_accum=self.options.grad_accum * int(split))
+        self._hooks = RunHooks.from_environ()  # what compare asks of a measured run (paratrain.run_hooks)
+        if self._hooks.accum_split > 1:
+            self.options = dataclasses.replace(self.options,
+                                               grad_accum=self.options.grad_accum * self._hooks.accum_split)
         self.env = DistEnv.from_environ()
         spec = _choose_spec(strategy, self.env)
         cls, options = registry.resolve(spec, self.env.options)
@@ -82,8 +84,7 @@ class Session:
         self.seed = self.options.seed if self.options.seed is not None else 0
         self.grad_norm: float | None = None  # the global gradient norm before the last clipping (grad_clip only)
         self._scaler: torch.amp.GradScaler | None = None
-        max_steps = os.environ.get(metrics.MAX_STEPS_VAR, "")
-        self._max_steps = int(max_steps) if max_steps.isdigit() and int(max_steps) > 0 else None
+        self._max_steps = self._hooks.max_steps
         self.step_count = 0
         self._micro_done = 0
         self._loss_weight = 1.0 / self.grad_accum
@@ -184,8 +185,8 @@ class Session:
         if self._auto is not None and (latest := self._auto.latest()) is not None:
             self.load(str(latest))  # a restarted job continues where its last complete checkpoint left it
             notice(f"resumed from {latest} (step {self.step_count})")
-        if reseed := os.environ.get(metrics.RESEED_VAR):  # compare's seed floor (see metrics.RESEED_VAR)
-            _seed_everything(int(reseed))
+        if self._hooks.reseed is not None:  # compare's seed floor (paratrain.run_hooks)
+            _seed_everything(self._hooks.reseed)
         out: tuple = (model, optimizer, self._loader)
         return (*out, scheduler) if scheduler is not None else out
 
@@ -435,7 +436,7 @@ def _install_failure_hook() -> None:
 
     def hook(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
         _procgroup.mark_failing()
-        if isinstance(exc, ParatrainError) and os.environ.get("PARATRAIN_DEBUG") != "1":
+        if isinstance(exc, ParatrainError) and not distenv.debug():
             print(f"paratrain: error: {exc.one_line()}", file=sys.stderr, flush=True)
             return
         previous(kind, exc, tb)

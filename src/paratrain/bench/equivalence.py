@@ -26,7 +26,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from paratrain.bench.runner import CellSpec
-from paratrain.metrics import RESEED_VAR, SPLIT_VAR
+from paratrain.run_hooks import RunHooks
 
 NOISE_FACTOR = 3.0
 RESEED = 1  # the seed of the seed floor (the workloads seed their weights with 0 before the Session starts)
@@ -51,8 +51,8 @@ class Floor:
     def spec(self, reference: CellSpec) -> CellSpec:
         """The reference's run, changed only where the floor says."""
         if self.kind == "float_order":
-            return replace(reference, env={**reference.env, SPLIT_VAR: str(self.split)})
-        return replace(reference, env={**reference.env, RESEED_VAR: str(RESEED)})
+            return replace(reference, env={**reference.env, **RunHooks(accum_split=self.split).to_env()})
+        return replace(reference, env={**reference.env, **RunHooks(reseed=RESEED).to_env()})
 
 
 def mean_abs_diff(a: list[float], b: list[float]) -> float | None:

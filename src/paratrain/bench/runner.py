@@ -18,8 +18,9 @@ from pathlib import Path
 from typing import Any
 
 from paratrain.bench.collect import read_rank_files, summarize
+from paratrain.distenv import METRICS_VAR, PROFILE_VAR
 from paratrain.launcher.threads import choose_threads, oversubscribed
-from paratrain.metrics import MAX_STEPS_VAR, METRICS_VAR, PROFILE_VAR
+from paratrain.run_hooks import RunHooks
 
 
 @dataclass(frozen=True)
@@ -80,8 +81,7 @@ def run_cell(spec: CellSpec, folder: Path, *, warmup: int, timeout: float, token
     env = dict(os.environ, **spec.env, **{METRICS_VAR: str(metrics_dir)})
     if profile_steps:  # the steps right after warm-up run under the profiler, for the time breakdown
         env[PROFILE_VAR] = f"{max(warmup, 1)},{profile_steps}"
-    if spec.max_steps:
-        env[MAX_STEPS_VAR] = str(spec.max_steps)
+    env.update(RunHooks(max_steps=spec.max_steps).to_env())
     # Its own working directory: files the script writes (checkpoints, logs) cannot leak into the next cell.
     work = folder / "work"
     work.mkdir()

@@ -17,9 +17,9 @@ from contextlib import closing, contextmanager
 from pathlib import Path
 from typing import Any
 
+from paratrain.distenv import HOME_VAR
 from paratrain.errors import ParatrainError
 
-HOME_VAR = "PARATRAIN_HOME"
 SCHEMA = ("CREATE TABLE IF NOT EXISTS runs (id TEXT PRIMARY KEY, created TEXT, workload TEXT, script TEXT, "
           "strategies TEXT, nproc TEXT, winner TEXT, out_dir TEXT, results TEXT)")
 SHOWN_MATCHES = 5  # an ambiguous prefix's error names this many matches, so it stays one line

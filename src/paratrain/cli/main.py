@@ -8,7 +8,7 @@ import traceback
 
 import typer
 
-from paratrain import __version__, console
+from paratrain import __version__, console, distenv
 from paratrain.errors import ParatrainError
 
 app = typer.Typer(
@@ -35,9 +35,9 @@ def _global(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                  help="Print the version and exit."),
 ) -> None:
-    _state["debug"] = debug or os.environ.get("PARATRAIN_DEBUG") == "1"
+    _state["debug"] = debug or distenv.debug()
     if _state["debug"]:
-        os.environ["PARATRAIN_DEBUG"] = "1"  # launched workers show full tracebacks too
+        os.environ[distenv.DEBUG_VAR] = "1"  # launched workers show full tracebacks too
 
 
 COMMANDS = {"gpus": "gpus", "doctor": "doctor", "strategies": "strategies", "run": "run", "compare": "compare",

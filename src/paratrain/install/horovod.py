@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from importlib import metadata, resources
 from pathlib import Path
 
+from paratrain.distenv import CACHE_DIR_VAR, HOROVOD_SDIST_VAR
 from paratrain.errors import SetupError
 
 VERSION = "0.28.1"
@@ -37,7 +38,6 @@ CMAKE_REQUIREMENT = "cmake>=3.13,<5"
 # Horovod's own install_requires, installed from the registry (the wheel itself goes in with --no-deps so that pip
 # never resolves torch again).
 RUNTIME_REQUIREMENTS = ("cloudpickle", "psutil", "pyyaml", "packaging", "cffi>=1.4.0")
-SDIST_VAR = "PARATRAIN_HOROVOD_SDIST"  # a local sdist to build from instead of fetching one (offline machines)
 _PERCENT = re.compile(r"^\s*\[\s*(\d+)%\]")
 
 Progress = Callable[[str, float | None], None]  # (what is happening, percent of the compile or None)
@@ -53,8 +53,8 @@ class SetupResult:
 
 def cache_root() -> Path:
     """``$PARATRAIN_CACHE_DIR``, else ``$XDG_CACHE_HOME/paratrain``, else ``~/.cache/paratrain``."""
-    if os.environ.get("PARATRAIN_CACHE_DIR"):
-        return Path(os.environ["PARATRAIN_CACHE_DIR"])
+    if os.environ.get(CACHE_DIR_VAR):
+        return Path(os.environ[CACHE_DIR_VAR])
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "paratrain"
 
@@ -178,8 +178,8 @@ def _pip(*args: str) -> list[str]:
 
 
 def _fetch_sdist(work: Path, log: Path, say: Progress) -> Path:
-    if os.environ.get(SDIST_VAR):
-        return Path(os.environ[SDIST_VAR])
+    if os.environ.get(HOROVOD_SDIST_VAR):
+        return Path(os.environ[HOROVOD_SDIST_VAR])
     say(f"fetching the horovod {VERSION} source", None)
     _run("fetching the source", _pip("download", "--no-deps", "--no-binary", ":all:", "--no-build-isolation",
                                      f"horovod=={VERSION}", "-d", str(work)), log)

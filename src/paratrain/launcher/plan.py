@@ -31,7 +31,7 @@ from paratrain.distenv import (
     STRATEGY_VAR,
     TF_CONFIG_VAR,
     TIMEOUT_VAR,
-    option_var,
+    method_options_env,
 )
 from paratrain.errors import ConfigError, LaunchError
 from paratrain.launcher import notes as notes_
@@ -147,7 +147,7 @@ def method_env(cls: type, options: StrategyOptions, train: dict, timeout: float 
     """What a worker's Session reads to know its method, the method's options, the training options and the
     collective timeout — the same for `paratrain run` and `paratrain.launch`."""
     env = {STRATEGY_VAR: str(cls.method)}
-    env.update({option_var(k): v for k, v in options.to_strings().items()})
+    env.update(method_options_env(options.to_strings()))
     env.update(train_options.to_env(train))
     if timeout:
         env[TIMEOUT_VAR] = f"{timeout:g}"

@@ -41,7 +41,7 @@ import traceback
 from types import TracebackType
 from typing import NoReturn
 
-from paratrain import exiting
+from paratrain import distenv, exiting
 from paratrain.distenv import (
     DEEPSPEED_WATCH_VAR,
     FAILURES_VAR,
@@ -215,7 +215,7 @@ def _script_traceback(exc: BaseException, script: str) -> TracebackType | None:
     worker's and runpy's frames above it are paratrain's plumbing, not the user's code (``PARATRAIN_DEBUG=1``
     keeps them). A traceback that never passes through the script is kept whole."""
     tb = exc.__traceback__
-    if os.environ.get("PARATRAIN_DEBUG") == "1":
+    if distenv.debug():
         return tb
     while tb is not None:
         if tb.tb_frame.f_code.co_filename == script:  # runpy compiles the script under the path it was given
@@ -248,7 +248,7 @@ def _run_and_report(script: str, args: list[str]) -> int:
     except ParatrainError as exc:
         _note_failure(exc.one_line(), exc.exit_code)
         _record_for_torchrun(exc)
-        if os.environ.get("PARATRAIN_DEBUG") == "1":
+        if distenv.debug():
             traceback.print_exc()
         rank = os.environ.get("RANK", "0")
         print(f"paratrain: error (rank {rank}): {exc.one_line()}", file=sys.stderr, flush=True)

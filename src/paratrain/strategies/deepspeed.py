@@ -23,6 +23,7 @@ from typing import Any, ClassVar, Literal
 
 import torch
 
+from paratrain import distenv
 from paratrain.console import notice
 from paratrain.errors import ConfigError
 from paratrain.strategies import _procgroup
@@ -146,7 +147,7 @@ class DeepSpeedStrategy(Strategy, BackwardSyncControl):
         _announce_compile(self.rank)
         import deepspeed
 
-        quiet = os.environ.get("PARATRAIN_DEBUG") != "1"
+        quiet = not distenv.debug()
         if quiet:  # DeepSpeed's INFO lines, its "untested optimizer" caution (paratrain chose that on purpose)
             logging.getLogger("DeepSpeed").setLevel(logging.ERROR)
             # and torch's deprecation notes for the collectives DeepSpeed calls: not the user's to act on

@@ -15,8 +15,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from paratrain.distenv import CHECKPOINT_DIR_VAR, CHECKPOINT_EVERY_VAR
-from paratrain.metrics import MAX_STEPS_VAR, METRICS_VAR, peak_rss_bytes
+from paratrain.distenv import CHECKPOINT_DIR_VAR, CHECKPOINT_EVERY_VAR, METRICS_VAR
+from paratrain.metrics import peak_rss_bytes
+from paratrain.run_hooks import RunHooks
 from paratrain.tf import strategy as strategies
 
 
@@ -168,8 +169,8 @@ def callbacks(global_batch: int, *, samples: int | None = None, max_steps: int |
     out: list[Any] = horovod.callbacks() if horovod.active() else []
     folder = os.environ.get(METRICS_VAR)
     if folder:
-        limit = os.environ.get(MAX_STEPS_VAR)
-        out.append(_recorder_class()(Path(folder), int(limit) if limit else max_steps, global_batch, samples))
+        limit = RunHooks.from_environ().max_steps
+        out.append(_recorder_class()(Path(folder), limit or max_steps, global_batch, samples))
     backup = os.environ.get(CHECKPOINT_DIR_VAR)
     if backup:  # --checkpoint-dir DIR --checkpoint-every N
         every = os.environ.get(CHECKPOINT_EVERY_VAR, "")

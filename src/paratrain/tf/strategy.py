@@ -19,11 +19,10 @@ import os
 import sys
 from typing import Any
 
-from paratrain.distenv import NPROC_VAR, STRATEGY_VAR, option_var
+from paratrain.distenv import NPROC_VAR, STRATEGY_VAR, DistEnv
 from paratrain.errors import ConfigError
 from paratrain.tf import horovod
 
-COLLECTIVE_VAR = option_var("collective")
 _built: Any = None  # one strategy per process: TensorFlow allows only one MultiWorkerMirroredStrategy
 
 
@@ -112,7 +111,7 @@ def _too_late() -> ConfigError:
 
 
 def _multiworker(tf: Any) -> Any:
-    choice = os.environ.get(COLLECTIVE_VAR, "auto")
+    choice = DistEnv.from_environ().options.get("collective", "auto")
     impl = tf.distribute.experimental.CommunicationImplementation
     known = {"auto": impl.AUTO, "ring": impl.RING, "nccl": impl.NCCL}
     if choice not in known:
