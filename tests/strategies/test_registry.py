@@ -4,7 +4,7 @@ import pytest
 
 from paratrain.errors import ConfigError, StrategyUnavailableError, UnknownStrategyError
 from paratrain.strategies import registry
-from paratrain.strategies.base import Launcher, Method, parse_spec
+from paratrain.strategies.base import Method, parse_spec
 from paratrain.strategies.fsdp import FSDPOptions, FSDPStrategy
 
 
@@ -34,7 +34,7 @@ def test_bad_option_value_lists_the_choices():
 
 
 def test_unimplemented_method_is_a_clear_error_not_a_crash():
-    planned = registry.MethodInfo(Method.MIRRORED, "tensorflow", Launcher.LOCAL, "a method still to come", None, False)
+    planned = registry.MethodInfo(Method.MIRRORED, "tensorflow", ("local",), "a method still to come", None, False)
     assert not planned.implemented
     with pytest.raises(StrategyUnavailableError, match="not implemented"):
         planned.load()

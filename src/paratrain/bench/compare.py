@@ -21,7 +21,7 @@ from paratrain.errors import ConfigError
 from paratrain.launcher.config import DEFAULT_CONFIG, script_framework, script_path
 from paratrain.launcher.threads import available_cores
 from paratrain.strategies import registry
-from paratrain.strategies.base import Launcher, format_spec
+from paratrain.strategies.base import format_spec
 
 if TYPE_CHECKING:
     from paratrain.workloads import Workload
@@ -226,7 +226,7 @@ def plan_cells(settings: CompareSettings) -> list[Cell]:
             cells.append(Cell(None, spec, settings.nproc[0], avail.reason + fix, normalized))
             continue
         # mirrored's --nproc is its replica count; the other one-process methods run once
-        sizes = [1] if entry.launcher is Launcher.LOCAL and entry.framework == "torch" else settings.nproc
+        sizes = [1] if not entry.multi_process and entry.framework == "torch" else settings.nproc
         framework = script_framework(settings.script) if settings.script else entry.framework
         run_script = KERAS_SCRIPT if framework == "tensorflow" and not settings.script else script
         flags = torch_flags if framework == "torch" else []

@@ -165,11 +165,12 @@ def _note_flags_after_script(script: str | None, args: list[str]) -> None:
 def _launches_torchrun(spec: str) -> bool:
     """Whether this method starts worker processes (so the launcher's own torch logs are its own)."""
     from paratrain.errors import ParatrainError
+    from paratrain.launcher import job
     from paratrain.strategies import registry
-    from paratrain.strategies.base import Launcher, parse_spec
+    from paratrain.strategies.base import parse_spec
 
     try:
-        return registry.info(parse_spec(spec)[0]).launcher is not Launcher.LOCAL
+        return job.backend(registry.info(parse_spec(spec)[0]).launcher).starts_workers
     except ParatrainError:
         return False  # build_plan reports the bad spec
 

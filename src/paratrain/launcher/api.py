@@ -72,17 +72,18 @@ def _free_port() -> int:
 
 def _worker_env(strategy: str, nproc: int, train: dict[str, Any], timeout: float | None) -> dict[str, str]:
     from paratrain.strategies import registry
-    from paratrain.strategies.base import Launcher, format_spec
+    from paratrain.strategies.base import format_spec
 
     cls, opts = registry.resolve(strategy)
     registry.require_available(cls)
     if registry.info(cls.method).framework != "torch":
         raise ConfigError(f"{cls.method} is a TensorFlow method; paratrain.launch starts PyTorch functions",
                           hint=f"put the Keras training in a script and run `paratrain run -s {cls.method} script.py`")
-    if registry.info(cls.method).launcher is Launcher.LOCAL and nproc != 1:
+    entry = registry.info(cls.method)
+    if not entry.multi_process and nproc != 1:
         raise ConfigError(f"{cls.method} runs as one process, so nproc={nproc} cannot be honoured",
                           hint=f'use strategy="ddp", nproc={nproc} for several processes')
-    if registry.info(cls.method).launcher not in (Launcher.LOCAL, Launcher.TORCHRUN):
+    if not {"local", "torchrun"} & set(entry.launchers):  # what torch's elastic_launch can stand in for
         raise ConfigError(f"{format_spec(cls.method, opts)} cannot be started by paratrain.launch in this version")
     return {**plan.method_env(cls, opts, train, timeout), NPROC_VAR: str(nproc)}
 

@@ -13,13 +13,13 @@ import os
 import re
 import signal
 import sys
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from paratrain.errors import ConfigError, LaunchError
-
-if TYPE_CHECKING:
-    from paratrain.launcher.plan import LaunchPlan
+from paratrain.launcher import job
+from paratrain.launcher.job import STALL_HINT, Interrupted, Launch, LaunchPlan
 
 START_TIMEOUT_S = 60  # horovodrun's own default is 30 s; a loaded 2-core machine needs more to start N Pythons
 _FAILED = re.compile(r"Process name:\s*(\d+)\s*\n\s*Exit code:\s*(-?\d+)")
@@ -35,11 +35,7 @@ def check(config: Any, gpus: int) -> int:
     if config.max_restarts:
         raise ConfigError("--max-restarts is torchrun's; horovod's elastic mode is not wired into paratrain",
                           hint="drop --max-restarts, or use --strategy ddp")
-    nproc = config.nproc or (gpus if gpus else 2)
-    if gpus and nproc > gpus:
-        raise ConfigError(f"--nproc {nproc} asks for more processes than the {gpus} visible GPUs",
-                          hint=f"use --nproc {gpus} or fewer (one process per GPU)")
-    return nproc
+    return job.processes(config.nproc, gpus)
 
 
 def argv(nproc: int, script: str, args: list[str], start_timeout: float | None) -> list[str]:
@@ -131,11 +127,10 @@ def _gloo_check_in_process() -> Any:
 def run(plan: LaunchPlan, notes: Path) -> None:
     from horovod.runner import gloo_run, launch
 
-    from paratrain.launcher import plan as plans
     from paratrain.launcher.watchdog import Watchdog
 
     saved_argv = sys.argv
-    handlers = {s: signal.getsignal(s) for s in (signal.SIGINT, signal.SIGTERM)}
+    restore_signals = job.keep_signals()
     watchdog = Watchdog(notes, plan.world_size, plan.config.stall_timeout)
     received: list[int] = []
     original = _noting_signals(received)
@@ -146,32 +141,29 @@ def run(plan: LaunchPlan, notes: Path) -> None:
             launch._run(args)
         # Workers stopped by horovodrun on a signal can all report success (they leave quietly on its SIGTERM)
         if watchdog.verdict:
-            raise LaunchError(watchdog.verdict, hint=plans.STALL_HINT)
+            raise LaunchError(watchdog.verdict, hint=STALL_HINT)
         if received:
-            raise plans.Interrupted(received[0])
+            raise Interrupted(received[0])
     except RuntimeError as exc:
         if watchdog.verdict:
-            raise LaunchError(watchdog.verdict, hint=plans.STALL_HINT) from None
+            raise LaunchError(watchdog.verdict, hint=STALL_HINT) from None
         if received:
-            raise plans.Interrupted(received[0]) from None
+            raise Interrupted(received[0]) from None
         raise _failure(str(exc), notes) from None
     finally:
         gloo_run.register_shutdown_event = original
         sys.argv = saved_argv
-        for sig, handler in handlers.items():
-            with contextlib.suppress(ValueError, TypeError):
-                signal.signal(sig, handler)
+        restore_signals()
 
 
 def _failure(text: str, notes: Path) -> LaunchError:
     from paratrain.launcher import notes as notes_
-    from paratrain.launcher import plan as plans
 
     noted = notes_.first_failure(notes)
     match = _FAILED.search(text)
     code = int(match.group(2)) if match else 1
     if code == 128 + signal.SIGINT:  # Ctrl-C reached every worker: they stopped quietly
-        return plans.Interrupted(signal.SIGINT)
+        return Interrupted(signal.SIGINT)
     exited = int(match.group(1)) if match else None  # the first process to exit, by horovodrun's whole-second-ish clock
     notes_of = notes_.by_rank(notes, "failure")
     if exited is not None and exited not in notes_of:  # it died without a word (a signal): its peers' notes are echoes
@@ -188,3 +180,42 @@ def _failure(text: str, notes: Path) -> LaunchError:
     said = text.strip().splitlines()[0] if text.strip() else "horovodrun failed"
     return LaunchError(f"the horovod job could not start: {said}",
                        hint="--start-timeout is --rendezvous-timeout here; `paratrain doctor` checks the install")
+
+
+class Horovodrun:
+    name = "horovodrun"
+    starts_workers = True
+
+    def plan(self, launch: Launch) -> LaunchPlan:
+        from paratrain.distenv import NPROC_VAR
+        from paratrain.launcher.config import script_framework
+        from paratrain.launcher.tf_import import quiet_env
+        from paratrain.launcher.threads import choose_threads
+
+        config, env = launch.config, launch.env
+        gpus = job.gpu_count()
+        nproc = check(config, gpus)
+        threads = choose_threads(nproc, gpus=gpus, requested=config.threads)
+        env.update({NPROC_VAR: str(nproc), "OMP_NUM_THREADS": str(threads.threads),
+                    "TF_NUM_INTRAOP_THREADS": str(threads.threads),  # a Keras script's share, as under tfconfig
+                    **worker_env(config.timeout)})
+        if script_framework(launch.script) == "tensorflow":  # Horovod's Keras binding: as quiet as under tfconfig
+            quiet_env(env, config.verbose)
+        args = argv(nproc, str(launch.script), list(config.args), config.rendezvous_timeout)
+        return LaunchPlan(config, launch.spec, self.name, nproc, env, args, threads, launch.details,
+                          launch.method_cls)
+
+    def shell_line(self, plan: LaunchPlan) -> str:
+        return job.module_line(plan, "horovod.runner.launch")
+
+    def run(self, plan: LaunchPlan, notes: Path) -> None:
+        run(plan, notes)
+
+    def ran_line(self, plan: LaunchPlan, done: Mapping[int, dict], spec: str, elapsed: float) -> str:
+        return job.processes_line(plan, spec, elapsed)
+
+    def never_joined(self) -> str:
+        return "joined Horovod (no paratrain.Session, no hvd.init())"
+
+
+BACKEND = Horovodrun()

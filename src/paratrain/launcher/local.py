@@ -12,10 +12,17 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shlex
 import signal
 import subprocess
+import sys
+from collections.abc import Mapping
+from pathlib import Path
 
-from paratrain.launcher import worker
+from paratrain.errors import ConfigError, LaunchError
+from paratrain.launcher import job, worker
+from paratrain.launcher import notes as notes_
+from paratrain.launcher.job import Interrupted, Launch, LaunchPlan
 
 
 def _child(script: str, args: list[str], threads: int | None) -> None:
@@ -63,3 +70,56 @@ def run_script(script: str, args: list[str], threads: int | None, argv: list[str
     if pid == 0:
         _child(script, args, threads)
     return _wait(pid)
+
+
+class Local:
+    """single and dp: one process, whose command line is what the fork amounts to."""
+
+    name = "local"
+    starts_workers = False
+
+    def plan(self, launch: Launch) -> LaunchPlan:
+        from paratrain.distenv import NPROC_VAR
+        from paratrain.launcher.threads import choose_threads
+
+        config = launch.config
+        if (config.nproc or 1) > 1 or config.nnodes > 1:
+            raise ConfigError(
+                f"{launch.method} runs as one process, so --nproc {config.nproc} --nnodes {config.nnodes} "
+                "cannot be honoured",
+                hint=f"use --strategy ddp --nproc {config.nproc or 2} for several processes",
+            )
+        launch.env[NPROC_VAR] = "1"
+        threads = choose_threads(1, requested=config.threads)
+        launch.env["OMP_NUM_THREADS"] = str(threads.threads)
+        # The same worker code as torchrun's processes (one-line errors, same exit codes), in a fork of this
+        # process; this command is what it amounts to.
+        argv = [sys.executable, "-m", "paratrain.launcher.worker", str(launch.script), *config.args]
+        return LaunchPlan(config, launch.spec, self.name, 1, launch.env, argv, threads, launch.details,
+                          launch.method_cls)
+
+    def shell_line(self, plan: LaunchPlan) -> str:
+        return f"{job.env_line(plan.env)} {shlex.join(plan.argv)}".strip()
+
+    def run(self, plan: LaunchPlan, notes: Path) -> None:
+        # The launcher imported torch before choosing the count, so the script's process sets it — unless it is
+        # the user's own OMP_NUM_THREADS, which torch already read at import exactly as under `python train.py`.
+        threads = plan.threads.threads if plan.threads and not plan.threads.from_environment else None
+        code, interrupted = run_script(plan.config.script, list(plan.config.args), threads, plan.argv)
+        if interrupted or code == 128 + signal.SIGINT:
+            raise Interrupted(signal.SIGINT)
+        if code != 0:
+            what = f"exit code {notes_.exit_code(code)}"
+            if code < 0:
+                what += f", {notes_.signal_text(-code, notes_.finished(notes, 0))}"
+            raise LaunchError(f"the {plan.spec} process failed ({what}); its output is above",
+                              exit_code=notes_.exit_code(code))
+
+    def ran_line(self, plan: LaunchPlan, done: Mapping[int, dict], spec: str, elapsed: float) -> str:
+        return job.processes_line(plan, spec, elapsed)
+
+    def never_joined(self) -> str:
+        return "ran as one process"
+
+
+BACKEND = Local()

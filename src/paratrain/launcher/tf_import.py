@@ -36,6 +36,15 @@ from types import ModuleType
 from paratrain.launcher import tf_setup
 from paratrain.launcher.import_hook import Execute, ImportHook
 
+
+def quiet_env(env: dict[str, str], verbose: bool) -> None:
+    """TensorFlow's start-up lines hidden in the workers unless ``--verbose`` (any launch that may run Keras)."""
+    from paratrain.distenv import QUIET_TF_VAR
+
+    if not verbose:
+        env.setdefault("TF_CPP_MIN_LOG_LEVEL", os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
+        env[QUIET_TF_VAR] = "1"  # and the lines that level does not reach (this module's hook)
+
 # absl's prefix: severity, MMDD hh:mm:ss.micro, thread id, file:line] — I(nfo) and W(arning) are start-up noise.
 # Before absl is initialised the date is 0000 and the clock 00:00:<seconds since the epoch>.
 _ABSL_QUIET = re.compile(rb"^[IW]\d{4} \d\d:\d\d:\d+\.\d+\s+\d+ \S+:\d+\] ")

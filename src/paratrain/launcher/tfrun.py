@@ -21,21 +21,21 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shlex
 import signal
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
-from paratrain.distenv import NPROC_VAR, QUIET_TF_VAR, STRATEGY_VAR, TF_CONFIG_VAR
+from paratrain.distenv import NPROC_VAR, STRATEGY_VAR, TF_CONFIG_VAR
 from paratrain.errors import ConfigError, LaunchError
+from paratrain.launcher import job as jobs
 from paratrain.launcher import notes as notes_
-
-if TYPE_CHECKING:
-    from paratrain.launcher.config import RunConfig
-    from paratrain.launcher.plan import LaunchPlan
+from paratrain.launcher.config import RunConfig
+from paratrain.launcher.job import Interrupted, Launch, LaunchPlan
 
 START_DEADLINE_S = 120
 GRACE_S = 3
@@ -48,36 +48,76 @@ def gpu_count() -> int:
     return len(collect().gpus)
 
 
-def build(config: RunConfig, cls: Any, options: Any, env: dict[str, str], script: str, spec: str) -> LaunchPlan:
-    """The plan of a TensorFlow launch (see the module docstring)."""
-    from paratrain.launcher.plan import LaunchPlan
-    from paratrain.launcher.threads import choose_threads
+class Tfconfig:
+    """Both TensorFlow methods are started and supervised here (mirrored: one process holding all the replicas)."""
 
-    method = str(cls.method)
-    gpus = gpu_count()
-    nproc = check(config, method, gpus)
-    processes = 1 if method == "mirrored" else nproc
-    threads = choose_threads(processes, gpus=gpus, requested=config.threads)
-    env.update({NPROC_VAR: str(nproc), "OMP_NUM_THREADS": str(threads.threads),
-                "TF_NUM_INTRAOP_THREADS": str(threads.threads)})
-    quiet(env, config.verbose)
-    if method == "multiworker":
-        # Keras 3's fit fails under MultiWorkerMirroredStrategy (keras-team/keras#20585); tf_keras works.
-        env.setdefault("TF_USE_LEGACY_KERAS", os.environ.get("TF_USE_LEGACY_KERAS", "1"))
-        port = getattr(options, "port", None)
-        env[TF_CONFIG_VAR] = json.dumps(local_workers(config, nproc, port))  # all nodes' once run() exchanged
-    argv = [sys.executable, "-m", "paratrain.launcher.worker", script, *config.args]
-    from paratrain.strategies.base import Launcher
+    name = "tfconfig"
+    starts_workers = True
 
-    # Both TensorFlow methods are started and supervised here (mirrored: one process holding all the replicas).
-    return LaunchPlan(config, spec, Launcher.TFCONFIG, processes, env, argv, threads, {"replicas": nproc})
+    def plan(self, launch: Launch) -> LaunchPlan:
+        """The plan of a TensorFlow launch (see the module docstring)."""
+        from paratrain.launcher.tf_import import quiet_env
+        from paratrain.launcher.threads import choose_threads
+
+        config, env, method = launch.config, launch.env, launch.method
+        gpus = gpu_count()
+        nproc = check(config, method, gpus)
+        processes = 1 if method == "mirrored" else nproc
+        threads = choose_threads(processes, gpus=gpus, requested=config.threads)
+        env.update({NPROC_VAR: str(nproc), "OMP_NUM_THREADS": str(threads.threads),
+                    "TF_NUM_INTRAOP_THREADS": str(threads.threads)})
+        quiet_env(env, config.verbose)
+        if method == "multiworker":
+            # Keras 3's fit fails under MultiWorkerMirroredStrategy (keras-team/keras#20585); tf_keras works.
+            env.setdefault("TF_USE_LEGACY_KERAS", os.environ.get("TF_USE_LEGACY_KERAS", "1"))
+            port = getattr(launch.options, "port", None)
+            env[TF_CONFIG_VAR] = json.dumps(local_workers(config, nproc, port))  # all nodes' once run() exchanged
+        argv = [sys.executable, "-m", "paratrain.launcher.worker", str(launch.script), *config.args]
+        details = {**(launch.details or {}), "replicas": nproc}
+        return LaunchPlan(config, launch.spec, self.name, processes, env, argv, threads, details, launch.method_cls)
+
+    def shell_line(self, plan: LaunchPlan) -> str:
+        shown = dict(plan.env)
+        note = ""
+        if TF_CONFIG_VAR in shown:  # show worker 0's TF_CONFIG
+            workers = json.loads(shown.pop(TF_CONFIG_VAR))
+            shown["TF_CONFIG"] = json.dumps({"cluster": {"worker": workers}, "task": {"type": "worker", "index": 0}})
+            note = f"  # worker 0 of {len(workers)}; worker i gets task index i"
+        return f"{jobs.env_line(shown)} {shlex.join(plan.argv)}{note}".strip()
+
+    def run(self, plan: LaunchPlan, notes: Path) -> None:
+        run(plan, notes)
+
+    def ran_line(self, plan: LaunchPlan, done: Mapping[int, dict], spec: str, elapsed: float) -> str:
+        """What ran: the replicas of the strategy the script really built, never the flag."""
+        where = "GPU" if gpu_count() else "CPU"
+        replicas = _reported_replicas(plan, done)
+        if plan.env.get(STRATEGY_VAR) == "mirrored":  # one process holding the replicas
+            if replicas is None:
+                return f"{spec}, replicas not reported ({where}) finished in {elapsed:.1f} s"
+            line = f"{spec} × {jobs.count(replicas, 'replica')} ({where}) finished in {elapsed:.1f} s"
+            asked = int((plan.details or {}).get("replicas", replicas))
+            if replicas != asked:
+                built = done[0].get("strategy")
+                by = "TensorFlow's default strategy" if built == "default" else f"the script's {built}"
+                line += f"; --nproc asked for {asked}, {by} had {replicas}"
+            return line
+        what = f"{jobs.count(plan.world_size, 'process', 'processes')}, "
+        what += jobs.count(replicas, "replica") if replicas is not None else "replicas not reported"
+        return f"{spec} × {what} ({where}) finished in {elapsed:.1f} s"
+
+    def never_joined(self) -> str:
+        return "built a strategy spanning the workers (no ptf.strategy(), no MultiWorkerMirroredStrategy())"
 
 
-def quiet(env: dict[str, str], verbose: bool) -> None:
-    """TensorFlow's start-up lines hidden in the workers unless ``--verbose`` (any launch that may run Keras)."""
-    if not verbose:
-        env.setdefault("TF_CPP_MIN_LOG_LEVEL", os.environ.get("TF_CPP_MIN_LOG_LEVEL", "2"))
-        env[QUIET_TF_VAR] = "1"  # and the lines that level does not reach (launcher/tf_import.py)
+def _reported_replicas(plan: LaunchPlan, done: Mapping[int, dict]) -> int | None:
+    """The replicas every local worker of a TensorFlow job reported (the same number on each), or None when one
+    did not (TensorFlow never imported, a strategy that could not count them) or they disagree."""
+    counts = {d.get("replicas") for d in done.values()}
+    if len(done) != plan.nproc or len(counts) != 1:
+        return None
+    (replicas,) = counts
+    return replicas if isinstance(replicas, int) else None
 
 
 def check(config: RunConfig, method: str, gpus: int) -> int:
@@ -96,11 +136,7 @@ def check(config: RunConfig, method: str, gpus: int) -> int:
     if method == "mirrored" and (config.nnodes > 1 or config.master):
         raise ConfigError("mirrored runs in one process on one machine, so --nnodes/--master cannot be honoured",
                           hint="use --strategy multiworker --nnodes N --master HOST:PORT across machines")
-    nproc = config.nproc or (gpus if gpus else 2)
-    if gpus and nproc > gpus:
-        raise ConfigError(f"--nproc {nproc} asks for more {'replicas' if method == 'mirrored' else 'workers'} "
-                          f"than the {gpus} visible GPUs", hint=f"use --nproc {gpus} or fewer")
-    return nproc
+    return jobs.processes(config.nproc, gpus, "replicas" if method == "mirrored" else "workers")
 
 
 def _free_ports(count: int) -> list[int]:
@@ -129,7 +165,7 @@ def _check_free(ports: list[int]) -> None:
 
 def _local_address(master: str) -> str:
     """This machine's address as the other nodes reach it (on the route towards the master)."""
-    from paratrain.launcher.plan import address_towards
+    from paratrain.launcher.addresses import address_towards
 
     return address_towards(master.rpartition(":")[0]) or socket.gethostname()
 
@@ -232,20 +268,20 @@ class _Job:
 
 
 def run(plan: LaunchPlan, notes: Path) -> None:
-    from paratrain.launcher import plan as plans
-
     if plan.config.nnodes > 1 and TF_CONFIG_VAR in plan.env:  # before any worker exists: Ctrl-C just stops here
         try:
             plan.env[TF_CONFIG_VAR] = json.dumps(exchange(plan.config, json.loads(plan.env[TF_CONFIG_VAR])))
         except KeyboardInterrupt:
-            raise plans.Interrupted(signal.SIGINT) from None
+            raise Interrupted(signal.SIGINT) from None
     job = _Job(plan)
     received: list[int] = []
 
     def on_signal(signum: int, _frame: object) -> None:
         received.append(signum)
 
-    handlers = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
+    restore_signals = jobs.keep_signals()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, on_signal)
     deadline = plan.config.rendezvous_timeout or START_DEADLINE_S
     started = time.time()
     try:
@@ -254,7 +290,7 @@ def run(plan: LaunchPlan, notes: Path) -> None:
             job.poll()
             if received:
                 job.stop(signal.SIGINT if received[0] == signal.SIGINT else signal.SIGTERM)
-                raise plans.Interrupted(received[0])
+                raise Interrupted(received[0])
             if job.failed():
                 job.stop()
                 raise _failure(job, notes)
@@ -266,9 +302,7 @@ def run(plan: LaunchPlan, notes: Path) -> None:
                 raise _not_formed(plan, job, waiting, joined, deadline)
             time.sleep(POLL_S)
     finally:
-        for sig, handler in handlers.items():
-            with contextlib.suppress(ValueError, TypeError):
-                signal.signal(sig, handler)
+        restore_signals()
 
 
 def _not_formed(plan: LaunchPlan, job: _Job, waiting: dict, joined: dict, deadline: float) -> LaunchError:
@@ -301,4 +335,6 @@ def _failure(job: _Job, notes: Path) -> LaunchError:
     return LaunchError(f"worker {first} failed first ({what}); the other workers were stopped", exit_code=exit_code)
 
 
-__all__ = ["build", "check", "exchange", "local_workers", "run", "worker_envs"]
+BACKEND = Tfconfig()
+
+__all__ = ["BACKEND", "check", "exchange", "local_workers", "run", "worker_envs"]

@@ -1,12 +1,11 @@
 """Training methods behind one protocol; see :mod:`paratrain.strategies.registry`."""
 
-from paratrain.strategies.base import Availability, Launcher, Method, Strategy, StrategyOptions
+from paratrain.strategies.base import Availability, Method, Strategy, StrategyOptions
 from paratrain.strategies.registry import REGISTRY, availability, info, names, resolve
 
 __all__ = [
     "REGISTRY",
     "Availability",
-    "Launcher",
     "Method",
     "Strategy",
     "StrategyOptions",

@@ -40,18 +40,6 @@ class Method(str, enum.Enum):
         return self.value
 
 
-class Launcher(str, enum.Enum):
-    """How `paratrain run` starts a method's processes."""
-
-    LOCAL = "local"  # one plain process
-    TORCHRUN = "torchrun"  # torch.distributed.run
-    HOROVODRUN = "horovodrun"
-    TFCONFIG = "tfconfig"  # one process per worker with TF_CONFIG
-
-    def __str__(self) -> str:
-        return self.value
-
-
 @dataclass(frozen=True)
 class Availability:
     """Whether a method can run here; when not, why and the command that fixes it."""

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from paratrain.errors import StrategyUnavailableError, UnknownStrategyError, did_you_mean
 from paratrain.strategies.base import (
     Availability,
-    Launcher,
     Method,
     Strategy,
     StrategyOptions,
@@ -26,12 +25,17 @@ from paratrain.strategies.base import (
 class MethodInfo:
     method: Method
     framework: str
-    launcher: Launcher
+    launchers: tuple[str, ...]  # the launchers (paratrain.launcher.job.BACKENDS) that can start it; first: default
     summary: str  # one line: when to use it
     target: str | None  # "module:Class"; None while the method is not implemented yet
     multi_process: bool  # True when --nproc > 1 starts several processes
     compare_specs: tuple[str, ...] = ()  # the cells `paratrain compare` runs by default (none: the bare method)
     also_runs: tuple[str, ...] = ()  # other frameworks whose scripts it runs (Horovod: Keras scripts too)
+
+    @property
+    def launcher(self) -> str:
+        """The launcher `paratrain run` uses for it."""
+        return self.launchers[0]
 
     @property
     def implemented(self) -> bool:
@@ -57,29 +61,29 @@ class MethodInfo:
 
 
 _ENTRIES = [
-    MethodInfo(Method.SINGLE, "torch", Launcher.LOCAL,
+    MethodInfo(Method.SINGLE, "torch", ("local",),
                "one process, one device: the baseline every other method is measured against",
                "paratrain.strategies.single:SingleStrategy", False),
-    MethodInfo(Method.DP, "torch", Launcher.LOCAL,
+    MethodInfo(Method.DP, "torch", ("local",),
                "torch.nn.DataParallel: one process drives all local GPUs; simplest, slowest to scale",
                "paratrain.strategies.dp:DataParallelStrategy", False),
-    MethodInfo(Method.DDP, "torch", Launcher.TORCHRUN,
+    MethodInfo(Method.DDP, "torch", ("torchrun",),
                "DistributedDataParallel: one process per device, all-reduced gradients; the default choice",
                "paratrain.strategies.ddp:DDPStrategy", True),
-    MethodInfo(Method.FSDP, "torch", Launcher.TORCHRUN,
+    MethodInfo(Method.FSDP, "torch", ("torchrun",),
                "FSDP2 fully_shard: shards params, grads and optimizer state when the model does not fit per device",
                "paratrain.strategies.fsdp:FSDPStrategy", True),
-    MethodInfo(Method.DEEPSPEED, "torch", Launcher.TORCHRUN,
+    MethodInfo(Method.DEEPSPEED, "torch", ("torchrun",),
                "DeepSpeed ZeRO stages 0-3 with optional CPU offload, for very large models",
                "paratrain.strategies.deepspeed:DeepSpeedStrategy", True,
                ("deepspeed:zero1", "deepspeed:zero2", "deepspeed:zero3")),
-    MethodInfo(Method.HOROVOD, "torch", Launcher.HOROVODRUN,
+    MethodInfo(Method.HOROVOD, "torch", ("horovodrun",),
                "Horovod ring all-reduce through horovodrun; for clusters and scripts already built on Horovod",
                "paratrain.strategies.horovod:HorovodStrategy", True, also_runs=("tensorflow",)),
-    MethodInfo(Method.MIRRORED, "tensorflow", Launcher.LOCAL,
+    MethodInfo(Method.MIRRORED, "tensorflow", ("tfconfig",),
                "tf.distribute.MirroredStrategy: Keras on all GPUs of one machine (or N logical CPU devices)",
                "paratrain.strategies.mirrored:MirroredStrategy", False),
-    MethodInfo(Method.MULTIWORKER, "tensorflow", Launcher.TFCONFIG,
+    MethodInfo(Method.MULTIWORKER, "tensorflow", ("tfconfig",),
                "tf.distribute.MultiWorkerMirroredStrategy: Keras across processes or machines (TF_CONFIG)",
                "paratrain.strategies.multiworker:MultiWorkerStrategy", True),
 ]

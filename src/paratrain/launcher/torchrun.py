@@ -1,0 +1,185 @@
+"""torch's own launcher, ``torch.distributed.run`` (torchrun), called in-process.
+
+Rendezvous, restarts and per-rank error files are torchrun's; paratrain adds the process count's default, the
+multi-node arguments, a watchdog for stalled ranks and the one line that names the rank that failed first.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+from collections.abc import Mapping
+from pathlib import Path
+
+from paratrain.errors import LaunchError
+from paratrain.launcher import job
+from paratrain.launcher import notes as notes_
+from paratrain.launcher.addresses import interface_towards
+from paratrain.launcher.config import RunConfig
+from paratrain.launcher.job import STALL_HINT, Interrupted, Launch, LaunchPlan
+from paratrain.launcher.threads import choose_threads
+from paratrain.launcher.watchdog import Watchdog, explain_timeout
+
+
+class Torchrun:
+    name = "torchrun"
+    starts_workers = True
+
+    def plan(self, launch: Launch) -> LaunchPlan:
+        from paratrain.distenv import NPROC_VAR
+
+        config, env = launch.config, launch.env
+        gpus = job.gpu_count()
+        nproc = job.processes(config.nproc, gpus)
+        env[NPROC_VAR] = str(nproc)
+        threads = choose_threads(nproc, gpus=gpus, requested=config.threads)
+        env["OMP_NUM_THREADS"] = str(threads.threads)
+        if config.max_restarts:
+            # torchrun's agent shares one TCPStore with the workers across restarts, so a restarted gloo group can
+            # read the dead attempt's addresses and hang or fail in connectFullMesh (half the restarts here).
+            # torch's own opt-out gives each attempt a fresh store.
+            env["TORCH_DISABLE_SHARE_RDZV_TCP_STORE"] = "1"
+        # Ctrl-C / SIGTERM: the workers get the signal, then SIGKILL after SHUTDOWN_GRACE_S (torchrun waits 30 s).
+        argv = [f"--nproc-per-node={nproc}", f"--max-restarts={config.max_restarts}"]
+        if _torchrun_knows("--shutdown-timeout"):  # torch ≥ 2.12; older torchruns wait their own 30 s
+            argv.append(f"--shutdown-timeout={job.SHUTDOWN_GRACE_S}")
+        if config.master:
+            host, _, port = config.master.rpartition(":")
+            argv += [f"--nnodes={config.nnodes}", f"--node-rank={config.node_rank}",
+                     f"--master-addr={host}", f"--master-port={port}"]
+            if config.rendezvous_timeout:
+                argv += [f"--rdzv-conf=timeout={config.rendezvous_timeout}"]
+            if config.nnodes > 1 and not gpus and "GLOO_SOCKET_IFNAME" not in os.environ:
+                iface = interface_towards(host)
+                if iface:  # else gloo binds to whatever the hostname resolves to, often unreachable from other nodes
+                    env["GLOO_SOCKET_IFNAME"] = iface
+        else:
+            argv += ["--standalone"]
+        argv += ["--module", "paratrain.launcher.worker", str(launch.script), *config.args]
+        return LaunchPlan(config, launch.spec, self.name, nproc, env, argv, threads, launch.details,
+                          launch.method_cls)
+
+    def shell_line(self, plan: LaunchPlan) -> str:
+        return job.module_line(plan, "torch.distributed.run")
+
+    def run(self, plan: LaunchPlan, notes: Path) -> None:
+        _run_torchrun(plan, notes)
+
+    def ran_line(self, plan: LaunchPlan, done: Mapping[int, dict], spec: str, elapsed: float) -> str:
+        return job.processes_line(plan, spec, elapsed)
+
+    def never_joined(self) -> str:
+        return "joined a process group (no paratrain.Session, no init_process_group)"
+
+
+BACKEND = Torchrun()
+
+
+def _torchrun_knows(flag: str) -> bool:
+    """Whether the installed torchrun takes ``flag``: paratrain runs on the torch the user has, and an unknown flag
+    would fail every launch with torchrun's own usage error."""
+    from torch.distributed.run import get_args_parser
+
+    return any(flag in action.option_strings for action in get_args_parser()._actions)
+
+
+def _quiet_torchrun(verbose: bool) -> None:
+    level = logging.INFO if verbose else logging.CRITICAL
+    for name in list(logging.root.manager.loggerDict):
+        if name.startswith("torch.distributed"):
+            logging.getLogger(name).setLevel(level)
+
+
+def _run_torchrun(plan: LaunchPlan, notes: Path) -> None:
+    from torch.distributed import DistError
+    from torch.distributed import run as torchrun
+    from torch.distributed.elastic.multiprocessing import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.rendezvous.api import RendezvousError
+
+    # Only torchrun's own options go through its parser: argparse matches abbreviations anywhere in argv, so a
+    # script argument such as --log or --local would be taken for (or ambiguous with) a torchrun option.
+    split = plan.argv.index("--module") + 2
+    args = torchrun.parse_args(plan.argv[:split])
+    args.training_script_args = plan.argv[split:]
+    _quiet_torchrun(plan.config.verbose)
+    watchdog = Watchdog(notes, plan.world_size, plan.config.stall_timeout)
+    try:
+        with watchdog:
+            torchrun.run(args)
+    except SignalException as exc:  # Ctrl-C, a kill of the launcher, or the watchdog: the workers are stopped
+        if watchdog.verdict:
+            raise LaunchError(watchdog.verdict, hint=STALL_HINT) from None
+        raise Interrupted(exc.sigval) from None
+    except ChildFailedError as exc:
+        _raise_first_failure(exc, notes, plan.world_size)
+    except (DistError, RendezvousError) as exc:  # the job never formed: port taken, master unreachable
+        raise _rendezvous_failure(plan.config, exc) from None
+
+
+def _rendezvous_failure(config: RunConfig, exc: Exception) -> LaunchError:
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    where = config.master or "a local port"
+    if "EADDRINUSE" in str(exc) or "address already in use" in str(exc).lower():
+        return LaunchError(f"port {where.rpartition(':')[2]} of --master {where} is already in use on this machine; "
+                           "paratrain does not pick another because --master fixes it",
+                           hint="choose a free port in --master, or drop --master on one machine for a free one")
+    if "timed out" in text.lower() or "timeout" in text.lower():
+        waited = "node 0 at " + where if config.node_rank else f"the other {config.nnodes - 1} node(s) to join"
+        return LaunchError(f"node {config.node_rank} gave up waiting for {waited}: {text}",
+                           hint="start every node with the same --master HOST:PORT and --nnodes, check that the "
+                                "address is reachable; --rendezvous-timeout sets how long to wait")
+    return LaunchError(f"could not start the job at {where}: {text}",
+                       hint="check --master HOST:PORT (free on node 0, reachable from every node)")
+
+
+def _raise_first_failure(exc, notes: Path, world_size: int) -> None:
+    rank, failure = exc.get_first_failure()
+    # torchrun stops the healthy ranks with SIGTERM once one fails: those are never the cause.
+    causes = {r: f for r, f in exc.failures.items() if f.exitcode != -signal.SIGTERM}
+    if causes and rank not in causes:
+        rank = min(causes, key=lambda r: (causes[r].timestamp, r))
+        failure = causes[rank]
+    noted = notes_.first_failure(notes)
+    if noted is not None and noted["rank"] in exc.failures:
+        rank, failure = noted["rank"], exc.failures[noted["rank"]]
+    line = _failure_line(rank, failure, noted["error"] if noted and noted["rank"] == rank else None,
+                         notes_.finished(notes, rank))
+    hint = None
+    lowered = line.lower()
+    if "timed out" in lowered:
+        # The rank that gave up waiting is not the one to blame: the progress notes say who left the lock-step.
+        why = explain_timeout(notes, world_size)
+        if why:
+            line = f"{why}; rank {rank} gave up waiting after --timeout"
+        else:
+            stuck = sorted(r for r, f in exc.failures.items() if r != rank and f.exitcode < 0)
+            if stuck:
+                line += f"; rank(s) {', '.join(map(str, stuck))} never reached that collective"
+        hint = STALL_HINT
+    elif any(echo in lowered for echo in ("connection closed", "connection reset", "sigabrt")):
+        # A broken connection or a gloo abort is often the echo of a lock-step error elsewhere.
+        why = explain_timeout(notes, world_size)
+        if why:
+            line += f" ({why})"
+            hint = STALL_HINT
+    raise LaunchError(line, hint=hint, exit_code=notes_.exit_code(failure.exitcode)) from None
+
+
+def _failure_line(rank: int, failure, noted: str | None = None, finished: bool = False) -> str:
+    code = f"exit code {notes_.exit_code(failure.exitcode)}"
+    if noted:  # the rank's own note of its error, written before anything could kill it
+        return f"rank {rank} failed first ({code}): {noted}"
+    if failure.exitcode < 0:  # a signal: name it, whatever torchrun's error file says ("<NONE>" when there is none)
+        return f"rank {rank} failed first ({code}): {notes_.signal_text(-failure.exitcode, finished)}"
+    data = failure.error_file_data or {}
+    message = data.get("message") if isinstance(data, dict) else None
+    text = ""
+    if isinstance(message, dict):
+        text = str(message.get("message", "")).strip()
+    elif message:
+        text = str(message).strip()
+    if text in ("<NONE>", "<N/A>"):
+        text = ""
+    return f"rank {rank} failed first ({code}): {notes_.cause_line(text) or 'see its output above'}"
