@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 
+import paratrain as pt
 from paratrain import options
 from paratrain.errors import ConfigError
 from tests.helpers.launch import ROOT, SESSION_TRAIN, check, paratrain
@@ -135,3 +136,17 @@ def test_fsdp_mixed_precision_option_points_to_the_training_option():
 
     with pytest.raises(ConfigError, match="--precision bf16-mixed"):
         registry.resolve("fsdp:mixed_precision=bf16")
+
+
+def test_every_training_option_is_a_session_argument_and_a_flag():
+    """Declared once in TrainOptions (paratrain.launch takes them as **options, checked against it); an option
+    missing from one entry point (sync_batchnorm once was missing from Session()) fails here."""
+    import inspect
+
+    from paratrain.launcher.config import RunConfig
+
+    session_args = set(inspect.signature(pt.Session).parameters)
+    config_fields = set(RunConfig.__dataclass_fields__)
+    for name in options.FIELDS:
+        assert name in session_args, f"Session() lacks {name}"
+        assert name in config_fields and name in options.FLAGS, f"paratrain run lacks {name}"

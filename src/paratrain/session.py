@@ -40,7 +40,8 @@ class Session:
     ``precision`` (fp32, bf16-mixed, fp16-mixed, bf16-true), ``grad_clip`` (max global gradient norm),
     ``compile`` (torch.compile the model; True or a backend name), ``seed`` (Python, NumPy, torch and the loader's
     shuffle, identically on every rank), ``grad_accum=K`` (K micro-batches per rank per optimizer step, never
-    changing the math) and ``per_rank_batch`` (the loader's batch_size read as per rank). ``checkpoint_dir`` +
+    changing the math), ``per_rank_batch`` (the loader's batch_size read as per rank) and ``sync_batchnorm``
+    (BatchNorm statistics over the global batch under multi-process methods on GPUs; default True). ``checkpoint_dir`` +
     ``checkpoint_every`` save every N optimizer steps and resume from the newest complete checkpoint in ``prepare``
     (keeping the newest ``keep``, default 2) — also set by ``paratrain run --checkpoint-dir/--checkpoint-every``.
     """
@@ -55,6 +56,7 @@ class Session:
         seed: int | None = None,
         grad_accum: int | None = None,
         per_rank_batch: bool | None = None,
+        sync_batchnorm: bool | None = None,
         checkpoint_dir: str | None = None,
         checkpoint_every: int | None = None,
         keep: int | None = None,
@@ -62,7 +64,8 @@ class Session:
         _install_failure_hook()
         self.options = train_options.resolve(
             {"precision": precision, "grad_clip": grad_clip, "compile": compile, "seed": seed,
-             "grad_accum": grad_accum, "per_rank_batch": per_rank_batch}, train_options.from_env())
+             "grad_accum": grad_accum, "per_rank_batch": per_rank_batch, "sync_batchnorm": sync_batchnorm},
+            train_options.from_env())
         self._hooks = RunHooks.from_environ()  # what compare asks of a measured run (paratrain.run_hooks)
         if self._hooks.accum_split > 1:
             self.options = dataclasses.replace(self.options,

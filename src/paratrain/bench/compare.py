@@ -262,7 +262,7 @@ def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def run_compare(settings: CompareSettings, out_dir: Path, progress: Progress | None = None) -> dict[str, Any]:
-    """Run every cell and return the results dict (see docs/results-schema in the README)."""
+    """Run every cell and return the results dict (see docs/results-schema.md)."""
     cells = plan_cells(settings)
     say = progress or (lambda key, text, done: None)
     workload = _workload(settings)

@@ -120,7 +120,7 @@ class NoOptions(StrategyOptions):
 def _check_moved(method: str, options_type: type[StrategyOptions], key: str) -> None:
     if key in options_type.moved:
         raise ConfigError(f'{method} option "{key}" is now a training option for every method: '
-                          f"{options_type.moved[key]}", hint="see the Options table in the README")
+                          f"{options_type.moved[key]}", hint="see the Options table in docs/training-options.md")
 
 
 def _convert(method: str, key: str, text: str, hint: Any) -> Any:

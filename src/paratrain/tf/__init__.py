@@ -4,7 +4,7 @@
     strategy = ptf.strategy()                 # first: before any TensorFlow op
     with strategy.scope():
         model = build(); model.compile(...)
-    model.fit(ptf.batched(dataset, 128), callbacks=ptf.callbacks(model, 128))
+    model.fit(ptf.batched(dataset, 128), callbacks=ptf.callbacks(128))
 
 ``paratrain run --strategy mirrored --nproc 2`` gives a MirroredStrategy over two replicas (GPUs, or two logical
 CPU devices), ``--strategy multiworker --nproc 2`` two processes with their ``TF_CONFIG``, and ``python train.py``
