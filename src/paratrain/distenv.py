@@ -42,12 +42,13 @@ HOME_VAR = "PARATRAIN_HOME"  # where the history database lives (default ~/.para
 DEBUG_VAR = "PARATRAIN_DEBUG"  # "1": full tracebacks, in the launcher and in every worker
 CACHE_DIR_VAR = "PARATRAIN_CACHE_DIR"  # built wheels (Horovod's); default $XDG_CACHE_HOME/paratrain
 HOROVOD_SDIST_VAR = "PARATRAIN_HOROVOD_SDIST"  # a local Horovod sdist to build from (offline machines)
+PLUGINS_VAR = "PARATRAIN_PLUGINS"  # modules to import that register methods (strategies/registry.py)
 
 ALL_VARS = frozenset({
     STRATEGY_VAR, METHOD_OPTIONS_VAR, TRAIN_VAR, TIMEOUT_VAR, NPROC_VAR, FAILURES_VAR, CHECKPOINT_DIR_VAR,
     CHECKPOINT_EVERY_VAR, KEEP_VAR, LOCAL_RANK_ARG_VAR, DEEPSPEED_WATCH_VAR, TF_CONFIG_VAR, QUIET_TF_VAR,
     METRICS_VAR, PROFILE_VAR, MAX_STEPS_VAR, RESEED_VAR, ACCUM_SPLIT_VAR,
-    HOME_VAR, DEBUG_VAR, CACHE_DIR_VAR, HOROVOD_SDIST_VAR,
+    HOME_VAR, DEBUG_VAR, CACHE_DIR_VAR, HOROVOD_SDIST_VAR, PLUGINS_VAR,
 })
 
 

@@ -200,7 +200,7 @@ def method_statuses(timeout: float = CHECK_TIMEOUT_S) -> list[MethodStatus]:
 
     out = []
     with ThreadPoolExecutor(max_workers=4) as pool:
-        futures = [(entry, pool.submit(check, entry)) for entry in registry.REGISTRY.values()]
+        futures = [(entry, pool.submit(check, entry)) for entry in registry.entries()]
         for entry, fut in futures:
             try:
                 out.append(fut.result(timeout=timeout))

@@ -16,7 +16,6 @@ from paratrain.launcher import job
 from paratrain.launcher.config import RunConfig
 from paratrain.launcher.plan import build_plan, execute
 from paratrain.strategies import registry
-from paratrain.strategies.base import Method
 from tests.helpers.launch import ROOT, SESSION_TRAIN
 from tests.helpers.toy_launcher import ToyLauncher
 
@@ -26,8 +25,8 @@ def toy(monkeypatch):
     """The toy registered as the launcher of ddp, for this test only; the job's environment is undone after."""
     launcher = ToyLauncher()
     job.register("toy", launcher)
-    entry = registry.REGISTRY[Method.DDP]
-    monkeypatch.setitem(registry.REGISTRY, Method.DDP, dataclasses.replace(entry, launchers=("toy",)))
+    entry = registry.REGISTRY["ddp"]
+    monkeypatch.setitem(registry.REGISTRY, "ddp", dataclasses.replace(entry, launchers=("toy",)))
     saved = dict(os.environ)  # execute() sets the job's environment in this process, as the CLI does
     yield launcher
     os.environ.clear()

@@ -84,13 +84,14 @@ def _keras(strategy: str) -> bool:
 
 
 def advise_spec(strategy: str) -> str:
-    """A compare cell's method in advise's spelling: compare writes the normalised spec (``deepspeed`` for ZeRO-2,
-    ``deepspeed:zero_stage=3,offload=all``); advise names its rows ``deepspeed:zero2``,
-    ``deepspeed:zero3,offload=all``."""
-    name, _, rest = strategy.partition(":")
-    if name != "deepspeed":
-        return strategy
-    opts = dict(part.split("=", 1) for part in rest.split(",") if "=" in part)
-    stage = opts.pop("zero_stage", "2")
-    extra = "".join(f",{k}={v}" for k, v in opts.items() if k == "offload")
-    return f"deepspeed:zero{stage}{extra}"
+    """A compare cell's method in the canonical spelling advise's rows use (``deepspeed:zero2``), whatever spelling
+    the history holds (older runs wrote ``deepspeed`` for ZeRO-2 and ``deepspeed:zero_stage=3``)."""
+    from paratrain.errors import ParatrainError
+    from paratrain.strategies import registry
+    from paratrain.strategies.base import format_spec
+
+    try:
+        cls, options = registry.resolve(strategy)
+    except ParatrainError:
+        return strategy  # a method this version does not know: its row simply has no match
+    return format_spec(cls.method, options)

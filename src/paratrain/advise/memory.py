@@ -21,30 +21,13 @@ from dataclasses import dataclass, field
 
 from paratrain.advise import activations
 from paratrain.advise.models import ModelSpec
+from paratrain.strategies.costs import Sharding
 
 PRECISIONS = ("fp32", "bf16-mixed", "fp16-mixed")
 OPTIMIZERS = ("sgd", "sgd-momentum", "adam", "adamw")
 _STATES = {"sgd": 0, "sgd-momentum": 1, "adam": 2, "adamw": 2}  # fp32 tensors per parameter
 ADAM_STEP_BYTES = 4  # torch's Adam keeps its step count as a one-element fp32 tensor per parameter tensor
 HOROVOD_FUSION_BYTES = 64 * 1024 * 1024  # HOROVOD_FUSION_THRESHOLD's default
-
-
-@dataclass(frozen=True)
-class Sharding:
-    """How one method lays model state out. ``params``/``grads``/``optimizer``: divided across ranks at rest.
-    ``gathered``: unsharded parameters held while computing — ``"unit"`` (one FSDP unit and the next, prefetched),
-    ``"all"`` (every parameter from forward to backward), or ``""``. ``offload``: state kept in host memory."""
-
-    params: bool = False
-    grads: bool = False
-    optimizer: bool = False
-    gathered: str = ""
-    offload: tuple[str, ...] = ()
-    buckets: bool = False  # DDP's flat gradient buckets: a second copy of the gradients
-    fusion_buffer: bool = False  # Horovod's tensor-fusion buffer
-    gathers_outputs: bool = False  # DataParallel: every replica's output lands on GPU 0
-    layout: str = "chunk"  # how shards are cut: "chunk", "flat" or "tensor" (see the module's docstring)
-    master: bool = False  # an fp32 master copy of the partition even in fp32 training (DeepSpeed's ZeRO optimizers)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from paratrain.advise import comm, memory
-from paratrain.advise.methods import METHODS, MethodModel
+from paratrain.advise.methods import MethodModel, all_methods
 from paratrain.advise.models import ModelSpec
 from paratrain.bench.report import NOISE
 from paratrain.strategies import registry
@@ -154,7 +154,7 @@ def _tie_groups(rows: list[Row]) -> list[list[Row]]:
 
 def _rank(rows: list[Row], hw: Hardware) -> tuple[list[Row], list[list[Row]]]:
     """The fitting, usable rows best first, and the measured ties among them (each in ranked order)."""
-    order = {m.spec: i for i, m in enumerate(METHODS)}
+    order = {m.spec: i for i, m in enumerate(all_methods())}
     candidates = [r for r in rows if r.usable and r.fits]
     groups = _tie_groups(candidates)
     speed = {id(r): g[0].measured["speedup"] for g in groups for r in g}
@@ -246,7 +246,7 @@ def _reason(row: Row, hw: Hardware, tied: list[Row] | None = None) -> str:
 
 
 def _first_fit(model: ModelSpec, hw: Hardware, plan: memory.Plan, framework: str) -> str | None:
-    return next((m.spec for m in METHODS if (r := _row(model, m, hw, plan, framework)).fits and r.usable), None)
+    return next((m.spec for m in all_methods() if (r := _row(model, m, hw, plan, framework)).fits and r.usable), None)
 
 
 def _what_would_fit(model: ModelSpec, hw: Hardware, plan: memory.Plan, framework: str) -> list[str]:
@@ -262,7 +262,7 @@ def _what_would_fit(model: ModelSpec, hw: Hardware, plan: memory.Plan, framework
         if change and (spec := _first_fit(model, hw, variant, framework)):
             tips.append(f"{change}: then {spec} fits")
             continue
-        sharded = next(m for m in METHODS if m.spec == "fsdp")
+        sharded = next(m for m in all_methods() if m.spec == "fsdp")
         for gpus in (2 ** k for k in range(1, 13)):
             if hw.gpus < gpus <= MAX_SUGGESTED_GPUS and _row(model, sharded, replace(hw, gpus=gpus), variant,
                                                                framework).fits:
@@ -277,7 +277,7 @@ def _what_would_fit(model: ModelSpec, hw: Hardware, plan: memory.Plan, framework
 def advise(model: ModelSpec, hw: Hardware, plan: memory.Plan, *, framework: str = "torch",
            measured: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """The table and the ranked recommendation, as the documented ``--json`` dict."""
-    rows = [_row(model, m, hw, plan, framework) for m in METHODS]
+    rows = [_row(model, m, hw, plan, framework) for m in all_methods()]
     aside = _attach(rows, measured)
     ranked, ties = _rank(rows, hw)
     tied_with = {id(r): g for g in ties for r in g}

@@ -175,8 +175,8 @@ def default_nproc() -> list[int]:
 def default_strategies(framework: str | None = None) -> list[str]:
     """Every method in the registry (of ``framework`` when given); those that cannot run here become 'unavailable'
     rows."""
-    return [spec for m, e in registry.REGISTRY.items() if framework is None or e.runs(framework)
-            for spec in (e.compare_specs or (str(m),))]
+    return [spec for e in registry.entries() if framework is None or e.runs(framework)
+            for spec in (e.compare_specs or (str(e.method),))]
 
 
 def strategies(settings: CompareSettings) -> list[str]:

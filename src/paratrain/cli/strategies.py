@@ -34,11 +34,11 @@ def strategies(json_out: bool = typer.Option(False, "--json", help="Print the li
 
     Use a name with `paratrain run --strategy NAME`; options go after a colon, e.g. `fsdp:shard=grad_op`.
     """
-    from paratrain.strategies.registry import REGISTRY
+    from paratrain.strategies.registry import entries
 
     rows = [{"name": str(e.method), "framework": e.framework, "frameworks": e.frameworks, "launcher": str(e.launcher),
              "implemented": e.implemented, "options": _options_text(e), "when": e.summary}
-            for e in REGISTRY.values()]
+            for e in entries()]
     if json_out:
         print_json(rows)
         return

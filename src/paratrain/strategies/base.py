@@ -67,10 +67,13 @@ class StrategyOptions:
     """Base for a method's options: a frozen dataclass that validates itself in ``__post_init__``.
 
     ``shorthands`` maps a bare spec token (``zero2``) to the fields it sets, so ``deepspeed:zero2`` and
-    ``deepspeed:zero_stage=2`` mean the same thing.
+    ``deepspeed:zero_stage=2`` mean the same thing. ``spelled`` names the fields the canonical spelling always
+    writes, as their shorthand where one exists (:func:`format_spec`: ``deepspeed:zero2``, never a bare
+    ``deepspeed`` that hides which stage ran).
     """
 
     shorthands: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
+    spelled: ClassVar[tuple[str, ...]] = ()
     moved: ClassVar[Mapping[str, str]] = {}  # former option -> what says it now (a training option, say)
     # Options that name a file. They are made absolute where the spec is parsed, in the user's current directory:
     # a compare cell or a worker may run elsewhere, and must read the file the user meant.
@@ -87,7 +90,7 @@ class StrategyOptions:
         kwargs: dict[str, Any] = {}
         for key, text in values.items():
             _check_moved(method, cls, key)
-            if key not in hints or key in ("shorthands", "moved", "paths"):
+            if key not in hints or key in ("shorthands", "spelled", "moved", "paths"):
                 allowed = ", ".join(cls.field_names()) or "none"
                 raise UnknownStrategyError(
                     f'{method} has no option "{key}" (options: {allowed}).{did_you_mean(key, cls.field_names())}',
@@ -338,7 +341,16 @@ def expand_shorthands(method: str, options_type: type[StrategyOptions], tokens: 
     return out
 
 
-def format_spec(method: Method, options: StrategyOptions) -> str:
-    defaults = type(options)()
-    parts = [f"{k}={v}" for k, v in options.to_strings().items() if defaults.to_strings().get(k) != v]
+def format_spec(method: Method | str, options: StrategyOptions) -> str:
+    """The one canonical spelling of a method and its options, used everywhere a spec is shown or compared (run's
+    last line, compare's cells, advise's rows, the history): the ``spelled`` fields first, as their shorthand where
+    one exists, then every option that differs from its default, as ``name=value``."""
+    values = options.to_strings()
+    defaults = type(options)().to_strings()
+    parts = []
+    for key in options.spelled:
+        short = [token for token, sets in options.shorthands.items()
+                 if {k: str(v) for k, v in sets.items()} == {key: values.get(key)}]
+        parts.append(short[0] if short else f"{key}={values.get(key)}")
+    parts += [f"{k}={v}" for k, v in values.items() if k not in options.spelled and defaults.get(k) != v]
     return f"{method}:{','.join(parts)}" if parts else str(method)

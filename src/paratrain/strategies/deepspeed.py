@@ -48,6 +48,7 @@ class DeepSpeedOptions(StrategyOptions):
 
     shorthands: ClassVar[Mapping[str, Mapping[str, Any]]] = {
         **{f"zero{i}": {"zero_stage": i} for i in range(4)}, "offload": {"offload": "optimizer"}}
+    spelled: ClassVar[tuple[str, ...]] = ("zero_stage",)  # the stage is what a reader needs: deepspeed:zero2
     paths: ClassVar[frozenset[str]] = frozenset({"config"})
 
     def __post_init__(self) -> None:

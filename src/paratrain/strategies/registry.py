@@ -7,10 +7,12 @@ Horovod or TensorFlow.
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-from paratrain.errors import StrategyUnavailableError, UnknownStrategyError, did_you_mean
+from paratrain.distenv import PLUGINS_VAR
+from paratrain.errors import ConfigError, StrategyUnavailableError, UnknownStrategyError, did_you_mean
 from paratrain.strategies.base import (
     Availability,
     Method,
@@ -19,11 +21,12 @@ from paratrain.strategies.base import (
     expand_shorthands,
     parse_spec,
 )
+from paratrain.strategies.costs import CostModel, Sharding
 
 
 @dataclass(frozen=True)
 class MethodInfo:
-    method: Method
+    method: Method | str  # the built-in methods' names are Method values; a registered one may be any name
     framework: str
     launchers: tuple[str, ...]  # the launchers (paratrain.launcher.job.BACKENDS) that can start it; first: default
     summary: str  # one line: when to use it
@@ -31,6 +34,7 @@ class MethodInfo:
     multi_process: bool  # True when --nproc > 1 starts several processes
     compare_specs: tuple[str, ...] = ()  # the cells `paratrain compare` runs by default (none: the bare method)
     also_runs: tuple[str, ...] = ()  # other frameworks whose scripts it runs (Horovod: Keras scripts too)
+    costs: tuple[CostModel, ...] = ()  # how its configurations lay state out and communicate (advise ranks them)
 
     @property
     def launcher(self) -> str:
@@ -60,38 +64,103 @@ class MethodInfo:
         return getattr(importlib.import_module(module), cls)
 
 
+_ALL = Sharding(params=True, grads=True, optimizer=True)
+_ZERO12 = {"layout": "flat", "master": True}  # DeepSpeed's layouts: see paratrain.advise.memory
+_ZERO3 = {"layout": "tensor", "master": True}
 _ENTRIES = [
     MethodInfo(Method.SINGLE, "torch", ("local",),
                "one process, one device: the baseline every other method is measured against",
-               "paratrain.strategies.single:SingleStrategy", False),
+               "paratrain.strategies.single:SingleStrategy", False,
+               costs=(CostModel("single", Sharding(), "none", "one device", 12),)),
     MethodInfo(Method.DP, "torch", ("local",),
                "torch.nn.DataParallel: one process drives all local GPUs; simplest, slowest to scale",
-               "paratrain.strategies.dp:DataParallelStrategy", False),
+               "paratrain.strategies.dp:DataParallelStrategy", False,
+               costs=(CostModel("dp", Sharding(gathers_outputs=True), "dp",
+                                "one process copying the model to every GPU each step", 11),)),
     MethodInfo(Method.DDP, "torch", ("torchrun",),
                "DistributedDataParallel: one process per device, all-reduced gradients; the default choice",
-               "paratrain.strategies.ddp:DDPStrategy", True),
+               "paratrain.strategies.ddp:DDPStrategy", True,
+               costs=(CostModel("ddp", Sharding(buckets=True), "allreduce",
+                                "a full replica per GPU, gradients all-reduced while backward runs", 0),)),
     MethodInfo(Method.FSDP, "torch", ("torchrun",),
                "FSDP2 fully_shard: shards params, grads and optimizer state when the model does not fit per device",
-               "paratrain.strategies.fsdp:FSDPStrategy", True),
+               "paratrain.strategies.fsdp:FSDPStrategy", True,
+               costs=(CostModel("fsdp:shard=grad_op", replace(_ALL, gathered="all"), "shard_grads",
+                                "state sharded at rest, parameters gathered once per step (ZeRO-2-like)", 1),
+                      CostModel("fsdp:shard=none", Sharding(), "allreduce",
+                                "FSDP replicating everything (DDP through FSDP)", 6),
+                      CostModel("fsdp", replace(_ALL, gathered="unit"), "shard_all",
+                                "everything sharded, one block gathered at a time (ZeRO-3-like)", 7))),
     MethodInfo(Method.DEEPSPEED, "torch", ("torchrun",),
                "DeepSpeed ZeRO stages 0-3 with optional CPU offload, for very large models",
                "paratrain.strategies.deepspeed:DeepSpeedStrategy", True,
-               ("deepspeed:zero1", "deepspeed:zero2", "deepspeed:zero3")),
+               ("deepspeed:zero1", "deepspeed:zero2", "deepspeed:zero3"),
+               costs=(CostModel("deepspeed:zero1", Sharding(optimizer=True, **_ZERO12), "shard_grads",
+                                "optimizer state sharded", 2),
+                      CostModel("deepspeed:zero2", Sharding(grads=True, optimizer=True, **_ZERO12), "shard_grads",
+                                "gradients and optimizer state sharded", 3),
+                      CostModel("deepspeed:zero0", Sharding(), "allreduce", "DeepSpeed's engine with nothing sharded",
+                                5),
+                      CostModel("deepspeed:zero3", replace(_ALL, gathered="unit", **_ZERO3),
+                                "shard_all", "everything sharded (ZeRO-3)", 8),
+                      CostModel("deepspeed:zero2,offload=optimizer",
+                                Sharding(grads=True, optimizer=True, offload=("optimizer",), **_ZERO12),
+                                "shard_grads", "ZeRO-2 with the optimizer state and its step in host memory", 9),
+                      CostModel("deepspeed:zero3,offload=all",
+                                replace(_ALL, gathered="unit", offload=("params", "grads", "optimizer"), **_ZERO3),
+                                "shard_all", "ZeRO-3 with all state in host memory", 10))),
     MethodInfo(Method.HOROVOD, "torch", ("horovodrun",),
                "Horovod ring all-reduce through horovodrun; for clusters and scripts already built on Horovod",
-               "paratrain.strategies.horovod:HorovodStrategy", True, also_runs=("tensorflow",)),
+               "paratrain.strategies.horovod:HorovodStrategy", True, also_runs=("tensorflow",),
+               costs=(CostModel("horovod", Sharding(fusion_buffer=True), "allreduce",
+                                "a full replica per GPU, Horovod's ring all-reduce", 4),)),
     MethodInfo(Method.MIRRORED, "tensorflow", ("tfconfig",),
                "tf.distribute.MirroredStrategy: Keras on all GPUs of one machine (or N logical CPU devices)",
-               "paratrain.strategies.mirrored:MirroredStrategy", False),
+               "paratrain.strategies.mirrored:MirroredStrategy", False,
+               costs=(CostModel("mirrored", Sharding(), "allreduce", "Keras replicas on the GPUs of one process",
+                                14),)),
     MethodInfo(Method.MULTIWORKER, "tensorflow", ("tfconfig",),
                "tf.distribute.MultiWorkerMirroredStrategy: Keras across processes or machines (TF_CONFIG)",
-               "paratrain.strategies.multiworker:MultiWorkerStrategy", True),
+               "paratrain.strategies.multiworker:MultiWorkerStrategy", True,
+               costs=(CostModel("multiworker", Sharding(), "allreduce",
+                                "Keras replicas across processes, gradients all-reduced", 13),)),
 ]
-REGISTRY: Mapping[Method, MethodInfo] = {e.method: e for e in _ENTRIES}
+# name -> entry. Open: a plug-in adds a method with register(), and every command sees it (entries()).
+REGISTRY: dict[str, MethodInfo] = {str(e.method): e for e in _ENTRIES}
+_plugins_loaded = False
+
+
+def register(entry: MethodInfo) -> None:
+    REGISTRY[str(entry.method)] = entry
+
+
+def unregister(name: str) -> None:
+    REGISTRY.pop(name, None)
+
+
+def _load_plugins() -> None:
+    """Import the modules named in ``PARATRAIN_PLUGINS`` (comma-separated) once; each registers its methods. The
+    variable reaches every worker a launcher starts, so a plug-in's method runs there as it does here."""
+    global _plugins_loaded
+    if _plugins_loaded:
+        return
+    _plugins_loaded = True
+    for module in filter(None, (m.strip() for m in os.environ.get(PLUGINS_VAR, "").split(","))):
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:
+            raise ConfigError(f"{PLUGINS_VAR} names {module}, which cannot be imported: {exc}",
+                              hint=f"put the module on PYTHONPATH, or unset {PLUGINS_VAR}") from None
+
+
+def entries() -> list[MethodInfo]:
+    """Every method: the built-in ones, then those plug-ins registered."""
+    _load_plugins()
+    return list(REGISTRY.values())
 
 
 def names() -> list[str]:
-    return [m.value for m in REGISTRY]
+    return [str(e.method) for e in entries()]
 
 
 def split_specs(text: str) -> list[str]:
@@ -111,9 +180,10 @@ def split_specs(text: str) -> list[str]:
 
 
 def info(name: str | Method) -> MethodInfo:
+    _load_plugins()
     try:
-        return REGISTRY[Method(name)]
-    except ValueError:
+        return REGISTRY[str(name)]
+    except KeyError:
         raise UnknownStrategyError(
             f'unknown strategy "{name}" (known: {", ".join(names())}).{did_you_mean(str(name), names())}',
             hint="run `paratrain strategies` for the list",

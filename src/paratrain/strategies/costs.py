@@ -1,0 +1,45 @@
+"""What a method costs, declared with the method: how it lays training state out and what it sends each step.
+
+``paratrain advise`` computes memory and communication from these facts (:mod:`paratrain.advise.memory`,
+:mod:`paratrain.advise.comm`); they sit in each method's registry entry, next to its launcher and framework, so that
+a new method brings its own cost model instead of being added to a second table. Plain data: importing it costs
+nothing and needs no backend.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Sharding:
+    """How one method lays model state out. ``params``/``grads``/``optimizer``: divided across ranks at rest.
+    ``gathered``: unsharded parameters held while computing — ``"unit"`` (one FSDP unit and the next, prefetched),
+    ``"all"`` (every parameter from forward to backward), or ``""``. ``offload``: state kept in host memory."""
+
+    params: bool = False
+    grads: bool = False
+    optimizer: bool = False
+    gathered: str = ""
+    offload: tuple[str, ...] = ()
+    buckets: bool = False  # DDP's flat gradient buckets: a second copy of the gradients
+    fusion_buffer: bool = False  # Horovod's tensor-fusion buffer
+    gathers_outputs: bool = False  # DataParallel: every replica's output lands on GPU 0
+    layout: str = "chunk"  # how shards are cut: "chunk", "flat" or "tensor" (see paratrain.advise.memory)
+    master: bool = False  # an fp32 master copy of the partition even in fp32 training (DeepSpeed's ZeRO optimizers)
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """One configuration of a method as advise ranks it (a method may have several: DeepSpeed's ZeRO stages).
+
+    ``spec`` is the canonical spec ``paratrain run`` takes; ``comm`` a pattern of :func:`paratrain.advise.comm.
+    step_bytes` (``allreduce``, ``shard_grads``, ``shard_all``, ``dp``, ``none``); ``what`` one phrase for the
+    reasons; ``preference`` breaks ties between methods that cost the same — lower first: fewer moving parts and
+    fewer extra packages, so a tie goes to plain DDP rather than to a sharded engine doing the same work."""
+
+    spec: str
+    sharding: Sharding
+    comm: str
+    what: str
+    preference: int
