@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from paratrain.bench import equivalence, report
+from paratrain.bench import equivalence, recommend
 from tests.helpers.launch import ROOT, check, paratrain
 
 pytestmark = pytest.mark.multiprocess
@@ -36,7 +36,7 @@ def _eligible(results: dict, key: str) -> bool:
         cell["samples_per_s"] = 1e9 if cell["key"] == key else 1.0
         cell["repeat_samples_per_s"] = None
     trial["recommendation"] = None
-    return report.recommend(trial)["winner"] == key
+    return recommend.recommend(trial)["winner"] == key
 
 
 @pytest.mark.parametrize(("model", "good", "broken", "cause"), [

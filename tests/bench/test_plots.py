@@ -8,7 +8,7 @@ from tests.bench.sample_results import many_cells_results, noisy_base_results, s
 
 pytest.importorskip("matplotlib")
 
-from paratrain.bench import plots, plots_explain
+from paratrain.bench import plot_base, plots, plots_explain
 
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
 
@@ -44,8 +44,8 @@ def test_loss_curves_log_scale_only_for_positive_losses(tmp_path, monkeypatch):
     import matplotlib.pyplot as plt
 
     scales = []
-    real_save = plots._save
-    monkeypatch.setattr(plots, "_save", lambda fig, plt_, path: (scales.append(fig.axes[0].get_yscale()),
+    real_save = plots.save
+    monkeypatch.setattr(plots, "save", lambda fig, plt_, path: (scales.append(fig.axes[0].get_yscale()),
                                                                    real_save(fig, plt_, path))[1])
     plots.plot_loss_curves(sample_results(), tmp_path)
     negative = sample_results({"single×1": {"losses": [-1.0, 0.5]}})
@@ -76,7 +76,7 @@ def test_sixteen_cells_leave_no_label_on_another(build, values):
         for ax in fig.axes:
             ticks = [t for t in ax.get_xticklabels() if t.get_visible() and t.get_text()]
             assert _clashes(ticks, renderer) == []
-            bar_values = [t for t in ax.texts if t.get_gid() == plots.VALUE and t.get_visible() and t.get_text()]
+            bar_values = [t for t in ax.texts if t.get_gid() == plot_base.VALUE and t.get_visible() and t.get_text()]
             assert _clashes(bar_values, renderer) == []
             shown += bar_values
             for text in ticks + bar_values:  # nothing cut off at the edge of the PNG

@@ -9,7 +9,8 @@ import sys
 from rich.console import Console
 
 from paratrain.bench import report
-from paratrain.bench.report import diff_markdown, diff_rows, diff_table, recommend, results_table, write_outputs
+from paratrain.bench.recommend import efficiency_base, efficiency_note, recommend
+from paratrain.bench.report import diff_markdown, diff_rows, diff_table, results_table, write_outputs
 from tests.bench.sample_results import noisy_base_results, sample_results
 
 
@@ -227,27 +228,27 @@ def _timed(key, median_s, p90_s, eff=None, nproc=1):
 
 def test_efficiency_note_says_why_an_efficiency_is_not_to_be_trusted():
     quiet, noisy = _timed("fsdp×1", 0.10, 0.11), _timed("fsdp×1", 0.10, 0.40)
-    assert report.efficiency_note(_timed("fsdp×2", 0.06, 0.07, 0.85, 2), quiet) is None
-    assert report.efficiency_note(_timed("fsdp×2", 0.02, 0.03, 3.13, 2), noisy) == (
+    assert efficiency_note(_timed("fsdp×2", 0.06, 0.07, 0.85, 2), quiet) is None
+    assert efficiency_note(_timed("fsdp×2", 0.02, 0.03, 3.13, 2), noisy) == (
         "unreliable: above 100 % — the 1-process base fsdp×1 was noisy (p90 step 4.0× its median), so its "
         "throughput is likely understated")
     # Above 100 % on a quiet base is still not believed, and says what it suggests instead.
-    assert report.efficiency_note(_timed("fsdp×2", 0.04, 0.05, 1.2, 2), quiet) == (
+    assert efficiency_note(_timed("fsdp×2", 0.04, 0.05, 1.2, 2), quiet) == (
         "unreliable: above 100 % — 2 processes should not each run faster than fsdp×1 alone, so fsdp×1 was probably "
         "measured slow")
-    assert report.efficiency_note(_timed("fsdp×2", 0.06, 0.07, 0.8, 2), noisy) == (
+    assert efficiency_note(_timed("fsdp×2", 0.06, 0.07, 0.8, 2), noisy) == (
         "unreliable: the 1-process base fsdp×1 was noisy (p90 step 4.0× its median), so its throughput is likely "
         "understated, and this efficiency overstated")
-    assert report.efficiency_note(noisy | {"scaling_efficiency": 1.0}, noisy) is None  # its own base
-    assert report.efficiency_note(_timed("fsdp×2", 0.06, 0.07, None, 2), noisy) is None  # not measured
+    assert efficiency_note(noisy | {"scaling_efficiency": 1.0}, noisy) is None  # its own base
+    assert efficiency_note(_timed("fsdp×2", 0.06, 0.07, None, 2), noisy) is None  # not measured
 
 
 def test_efficiency_base_is_the_same_method_on_one_process_else_the_reference():
     results = noisy_base_results()
     cells = {c["key"]: c for c in results["cells"]}
-    assert report.efficiency_base(cells["fsdp×2"], results)["key"] == "fsdp×1"
+    assert efficiency_base(cells["fsdp×2"], results)["key"] == "fsdp×1"
     del results["cells"][4]  # no fsdp×1: compare.finalize measured fsdp×2 against single×1
-    assert report.efficiency_base(cells["fsdp×2"], results)["key"] == "single×1"
+    assert efficiency_base(cells["fsdp×2"], results)["key"] == "single×1"
 
 
 def test_an_unreliable_efficiency_is_flagged_everywhere_and_never_cited_as_a_merit(tmp_path):

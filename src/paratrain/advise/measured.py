@@ -7,7 +7,7 @@ The newest run that measured the model on GPUs wins, else the newest that measur
 GPUs, and a CPU run (gloo) says little about them, so ``recommend`` sets such measurements aside and says so.
 
 Each measurement keeps what ``compare`` knew about its reliability: ``noise``, the relative throughput difference
-that run treats as a tie (``bench.report.noise``: 5 %, or the widest run-to-run spread ``--repeat`` measured), so
+that run treats as a tie (``bench.recommend.noise``: 5 %, or the widest run-to-run spread ``--repeat`` measured), so
 advise calls a tie a tie instead of ranking one method above another on a difference the run could not resolve.
 """
 
@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from paratrain.bench import store
-from paratrain.bench.report import noise, spread
+from paratrain.bench.recommend import noise, spread
 from paratrain.errors import ParatrainError
 
 RUNS_READ = 200

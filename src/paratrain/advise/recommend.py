@@ -20,7 +20,7 @@ from typing import Any
 from paratrain.advise import comm, memory
 from paratrain.advise.methods import MethodModel, all_methods
 from paratrain.advise.models import ModelSpec
-from paratrain.bench.report import NOISE
+from paratrain.bench.recommend import NOISE
 from paratrain.strategies import registry
 
 GIB = 1 << 30

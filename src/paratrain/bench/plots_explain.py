@@ -7,13 +7,13 @@ from pathlib import Path
 from typing import Any
 
 from paratrain.bench.explain import NOT_MEASURED, PARTS, comm_measured
-from paratrain.bench.plots import FIGSIZE, _empty, _layout, _legend, _ok_cells, _pyplot, _save, _width
-from paratrain.bench.report import efficiency_base, efficiency_note
+from paratrain.bench.plot_base import FIGSIZE, empty, fig_width, layout, legend, ok_cells, pyplot, save
+from paratrain.bench.recommend import efficiency_base, efficiency_note
 
 
 def _breakdown_figure(results: dict[str, Any]) -> Any:
-    cells = [c for c in _ok_cells(results) if c.get("breakdown")]
-    fig, ax = _pyplot().subplots(figsize=(_width(len(cells)), FIGSIZE[1]))
+    cells = [c for c in ok_cells(results) if c.get("breakdown")]
+    fig, ax = pyplot().subplots(figsize=(fig_width(len(cells)), FIGSIZE[1]))
     if cells:
         bottoms = [0.0] * len(cells)
         for key, label in PARTS:
@@ -25,20 +25,20 @@ def _breakdown_figure(results: dict[str, Any]) -> Any:
                 ax.annotate(f"comm {NOT_MEASURED}", (i, bottoms[i]), ha="center", va="bottom", fontsize=8)
         ax.set_xticks(range(len(cells)), [c["key"] for c in cells])
         ax.set_ylabel("ms per step (median)")
-        _legend(ax)
+        legend(ax)
     else:
-        _empty(ax, "no breakdown recorded")
+        empty(ax, "no breakdown recorded")
     ax.set_title("Where each step's time goes")
-    return _layout(fig)
+    return layout(fig)
 
 
 def plot_breakdown(results: dict[str, Any], out_dir: Path) -> Path:
     """One bar per cell, stacked: compute, exposed communication, data, optimizer, other (ms per step)."""
-    return _save(_breakdown_figure(results), _pyplot(), Path(out_dir) / "breakdown.png")
+    return save(_breakdown_figure(results), pyplot(), Path(out_dir) / "breakdown.png")
 
 
 def world_sizes(results: dict[str, Any]) -> list[int]:
-    return sorted({c["nproc"] for c in _ok_cells(results) if c.get("samples_per_s")})
+    return sorted({c["nproc"] for c in ok_cells(results) if c.get("samples_per_s")})
 
 
 def _mark_unreliable(ax: Any, cells: list[dict[str, Any]], colour: str) -> None:
@@ -52,8 +52,8 @@ def _mark_unreliable(ax: Any, cells: list[dict[str, Any]], colour: str) -> None:
 
 
 def _scaling_figure(results: dict[str, Any]) -> Any:
-    fig, (left, right) = _pyplot().subplots(1, 2, figsize=(FIGSIZE[0] * 1.4, FIGSIZE[1]))
-    cells = [c for c in _ok_cells(results) if c.get("samples_per_s")]
+    fig, (left, right) = pyplot().subplots(1, 2, figsize=(FIGSIZE[0] * 1.4, FIGSIZE[1]))
+    cells = [c for c in ok_cells(results) if c.get("samples_per_s")]
     sizes = world_sizes(results)
     ref = next((c for c in cells if c["key"] == results.get("reference")), None)
     for method in dict.fromkeys(c["strategy"] for c in cells):
@@ -75,9 +75,9 @@ def _scaling_figure(results: dict[str, Any]) -> Any:
     right.set(xlabel="processes", ylabel="scaling efficiency %", xticks=sizes, title="Efficiency")
     for ax in (left, right):
         ax.legend(fontsize=8)
-    return _layout(fig)
+    return layout(fig)
 
 
 def plot_scaling(results: dict[str, Any], out_dir: Path) -> Path:
     """Throughput and scaling efficiency against world size, per method; the ideal is N × one process of it."""
-    return _save(_scaling_figure(results), _pyplot(), Path(out_dir) / "scaling.png")
+    return save(_scaling_figure(results), pyplot(), Path(out_dir) / "scaling.png")

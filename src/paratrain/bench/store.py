@@ -64,7 +64,7 @@ def save_run(results: dict[str, Any], out_dir: str | Path, db: str | Path | None
     ``results["recommendation"]``, computed here if the report has not filled it in yet."""
     rec = results.get("recommendation")
     if not isinstance(rec, dict):
-        from paratrain.bench.report import recommend
+        from paratrain.bench.recommend import recommend
 
         rec = recommend(results)
     settings = results.get("settings") or {}

@@ -75,9 +75,9 @@ def write(summary: dict[str, Any], out_dir: Path) -> list[Path]:
 
 
 def _plot(summary: dict[str, Any], keys: list[str], path: Path) -> Path:
-    from paratrain.bench.plots import FIGSIZE, _pyplot, _save
+    from paratrain.bench.plot_base import FIGSIZE, pyplot, save
 
-    plt = _pyplot()
+    plt = pyplot()
     fig, ax = plt.subplots(figsize=FIGSIZE)
     xs = [p["value"] for p in summary["points"]]
     for k in keys:
@@ -91,4 +91,4 @@ def _plot(summary: dict[str, Any], keys: list[str], path: Path) -> Path:
            title="Which method wins as the model grows (★ = winner)")
     ax.set_xticklabels([str(x) for x in xs])
     ax.legend(fontsize=8)
-    return _save(fig, plt, path)
+    return save(fig, plt, path)

@@ -4,6 +4,7 @@
 - ``gpt``: a small decoder-only transformer on character-level public-domain text, reports perplexity.
 """
 
-from paratrain.workloads.base import WORKLOADS, Workload, get
+from paratrain.workloads.base import Workload
+from paratrain.workloads.registry import WORKLOADS, get
 
 __all__ = ["WORKLOADS", "Workload", "get"]

@@ -1,4 +1,8 @@
-"""The workload protocol and registry."""
+"""What a bundled workload is: its model and data (:class:`Built`) and its settings (:class:`Workload`).
+
+Why the names live elsewhere (registry.py): every workload module imports this one, so this one must not import
+them back.
+"""
 
 from __future__ import annotations
 
@@ -7,8 +11,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-
-from paratrain.errors import ConfigError, did_you_mean
 
 
 @dataclass(frozen=True)
@@ -40,21 +42,3 @@ class Workload:
     # apart by 7e-4 in 60 steps; torch's and Keras' momentum SGD are the same arithmetic.
     momentum: float | None = None
     options: dict[str, Any] | None = None
-
-
-def _registry() -> dict[str, Workload]:
-    from paratrain.workloads import cnn, gpt, mlp
-
-    return {w.name: w for w in (mlp.WORKLOAD, cnn.WORKLOAD, gpt.WORKLOAD)}
-
-
-WORKLOADS = ("mlp", "cnn", "gpt")
-
-
-def get(name: str) -> Workload:
-    found = _registry().get(name)
-    if found is None:
-        known = ", ".join(WORKLOADS)
-        raise ConfigError(f'unknown workload "{name}" (bundled: {known}).{did_you_mean(name, WORKLOADS)}',
-                          hint="or measure your own script with --script train.py")
-    return found
