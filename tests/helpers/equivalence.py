@@ -10,9 +10,9 @@ TOL = 1e-5
 
 
 def train(strategy: str, nproc: int, out: Path, optimizer: str = "sgd", steps: int = 200,
-          *extra: str) -> Path:
+          *extra: str, env: dict[str, str] | None = None) -> Path:
     check(paratrain("run", "--strategy", strategy, "--nproc", str(nproc), str(SESSION_TRAIN),
-                    "--optimizer", optimizer, "--steps", str(steps), "--out", str(out), *extra))
+                    "--optimizer", optimizer, "--steps", str(steps), "--out", str(out), *extra, env=env))
     return out
 
 
