@@ -74,6 +74,9 @@ class Session:
         spec = _choose_spec(strategy, self.env)
         cls, options = registry.resolve(spec, self.env.options)
         registry.require_available(cls)
+        if not issubclass(cls, Strategy):  # a TensorFlow method: trained by Keras through paratrain.tf
+            raise ConfigError(f"{cls.method} is a TensorFlow method: a PyTorch Session cannot train under it",
+                              hint="in a Keras script use `from paratrain import tf as ptf; strategy = ptf.strategy()`")
         if registry.info(cls.method).multi_process and not self.env.launched:
             script = sys.argv[0] if sys.argv and sys.argv[0] else "train.py"
             raise LaunchError(

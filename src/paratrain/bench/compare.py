@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from paratrain import __version__
 from paratrain.bench import equivalence
+from paratrain.bench.results import SCHEMA_VERSION, complete
 from paratrain.bench.runner import CellSpec, run_cell
 from paratrain.errors import ConfigError
 from paratrain.launcher.config import DEFAULT_CONFIG, script_framework, script_path
@@ -366,28 +367,15 @@ def _settings_dict(settings: CompareSettings, workload: Workload | None) -> dict
 def finalize(results: dict[str, Any]) -> None:
     """Fill the cross-cell columns: the equivalence reference, max |Δloss|, scaling efficiency."""
     cells = results["cells"]
+    results["schema_version"] = SCHEMA_VERSION
     for cell in cells:
-        for key in ("samples_per_s", "tokens_per_s", "step_time_median_s", "step_time_p90_s", "startup_s",
-                    "wall_s", "final_loss", "comm_share", "scaling_efficiency", "loss_max_abs_diff"):
-            cell.setdefault(key, None)
-        cell.setdefault("threads_per_process", None)
-        cell.setdefault("param_count", None)
-        for key in ("model", "epoch_wall_s", "epochs_done"):
-            cell.setdefault(key, None)
-        for key in ("breakdown", "breakdown_slowest", "comm_bytes_per_step", "bus_gbps", "collectives_per_step"):
-            cell.setdefault(key, None)
-        cell.setdefault("oversubscribed", False)
-        for key in ("peak_mem_bytes", "state_bytes", "losses", "step_times_s"):
-            cell.setdefault(key, [])
-        cell.setdefault("extra", {})
-        cell.setdefault("peak_mem_kind", "rss")
+        complete(cell)  # every declared key (bench/results.py), at "not measured" where nothing was
     ok = [c for c in cells if c["status"] == "ok" and c.get("losses")]
     ref = reference_cell(ok)
     weak = results["settings"]["scaling"] == "weak"
     precision = results["settings"].get("precision") or "fp32"
     results["tolerance"] = EQUIVALENCE_TOL if precision == "fp32" else EQUIVALENCE_TOL_16BIT
     for cell in cells:
-        cell.setdefault("framework", "torch")
         cross = ref is not None and cell["framework"] != ref.get("framework", "torch")
         cell["tolerance"] = max(results["tolerance"], CROSS_FRAMEWORK_TOL) if cross else results["tolerance"]
     results["reference"] = ref["key"] if ref and not weak else None

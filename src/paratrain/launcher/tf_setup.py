@@ -43,26 +43,16 @@ def prepare(tf: ModuleType) -> None:
     would alone, and the launcher's last line says what it got."""
     with contextlib.suppress(Exception):
         _record_strategies()
-    if os.environ.get(STRATEGY_VAR) == "mirrored":
-        with contextlib.suppress(Exception):
-            _devices_for_mirrored(tf, _wanted())
+    with contextlib.suppress(Exception):
+        from paratrain.strategies._tensorflow import keras_method
+
+        if (method := keras_method(os.environ.get(STRATEGY_VAR))) is not None:
+            method.prepare_tensorflow(tf, _wanted())  # mirrored: --nproc devices for the script's strategy
 
 
 def _wanted() -> int:
     text = os.environ.get(NPROC_VAR, "")
     return int(text) if text.isdigit() else 0
-
-
-def _devices_for_mirrored(tf: ModuleType, wanted: int) -> None:
-    """--nproc GPUs visible to TensorFlow, or the CPU split into --nproc logical devices (see the module docstring)."""
-    gpus = tf.config.list_physical_devices("GPU")
-    if gpus:
-        if 0 < wanted < len(gpus):
-            tf.config.set_visible_devices(gpus[:wanted], "GPU")
-        return
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    if wanted > 1 and not tf.config.get_logical_device_configuration(cpu):
-        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * wanted)
 
 
 def _record_strategies() -> None:

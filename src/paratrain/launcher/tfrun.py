@@ -62,12 +62,12 @@ class Tfconfig:
         config, env, method = launch.config, launch.env, launch.method
         gpus = gpu_count()
         nproc = check(config, method, gpus)
-        processes = 1 if method == "mirrored" else nproc
+        processes = 1 if _one_process(method) else nproc
         threads = choose_threads(processes, gpus=gpus, requested=config.threads)
         env.update({NPROC_VAR: str(nproc), "OMP_NUM_THREADS": str(threads.threads),
                     "TF_NUM_INTRAOP_THREADS": str(threads.threads)})
         quiet_env(env, config.verbose)
-        if method == "multiworker":
+        if not _one_process(method):
             # Keras 3's fit fails under MultiWorkerMirroredStrategy (keras-team/keras#20585); tf_keras works.
             env.setdefault("TF_USE_LEGACY_KERAS", os.environ.get("TF_USE_LEGACY_KERAS", "1"))
             port = getattr(launch.options, "port", None)
@@ -92,7 +92,7 @@ class Tfconfig:
         """What ran: the replicas of the strategy the script really built, never the flag."""
         where = "GPU" if gpu_count() else "CPU"
         replicas = _reported_replicas(plan, done)
-        if plan.env.get(STRATEGY_VAR) == "mirrored":  # one process holding the replicas
+        if _one_process(plan.env[STRATEGY_VAR]):  # one process holding the replicas
             if replicas is None:
                 return f"{spec}, replicas not reported ({where}) finished in {elapsed:.1f} s"
             line = f"{spec} × {jobs.count(replicas, 'replica')} ({where}) finished in {elapsed:.1f} s"
@@ -120,6 +120,13 @@ def _reported_replicas(plan: LaunchPlan, done: Mapping[int, dict]) -> int | None
     return replicas if isinstance(replicas, int) else None
 
 
+def _one_process(method: str) -> bool:
+    """One process holding every replica (mirrored), rather than one process per worker (multiworker)."""
+    from paratrain.strategies import registry
+
+    return not registry.info(method).multi_process
+
+
 def check(config: RunConfig, method: str, gpus: int) -> int:
     """What the TensorFlow methods cannot take from paratrain's flags; returns replicas (mirrored) or workers."""
     given = {k: v for k, v in config.train_options().items() if v is not None}
@@ -133,10 +140,10 @@ def check(config: RunConfig, method: str, gpus: int) -> int:
     if config.stall_timeout:
         raise ConfigError("--stall-timeout watches Session steps; it does not apply to a Keras script",
                           hint="drop --stall-timeout; --timeout bounds each TensorFlow collective")
-    if method == "mirrored" and (config.nnodes > 1 or config.master):
-        raise ConfigError("mirrored runs in one process on one machine, so --nnodes/--master cannot be honoured",
+    if _one_process(method) and (config.nnodes > 1 or config.master):
+        raise ConfigError(f"{method} runs in one process on one machine, so --nnodes/--master cannot be honoured",
                           hint="use --strategy multiworker --nnodes N --master HOST:PORT across machines")
-    return jobs.processes(config.nproc, gpus, "replicas" if method == "mirrored" else "workers")
+    return jobs.processes(config.nproc, gpus, "replicas" if _one_process(method) else "workers")
 
 
 def _free_ports(count: int) -> list[int]:
@@ -211,7 +218,7 @@ def exchange(config: RunConfig, mine: list[str]) -> list[str]:
 
 def worker_envs(plan: LaunchPlan) -> list[dict[str, str]]:
     """Each local worker's extra environment: its TF_CONFIG and the RANK/WORLD_SIZE contract."""
-    if plan.env.get(STRATEGY_VAR) == "mirrored":
+    if TF_CONFIG_VAR not in plan.env:  # one process holding every replica (mirrored)
         return [{"RANK": "0", "WORLD_SIZE": "1", "LOCAL_RANK": "0"}]
     workers = json.loads(plan.env[TF_CONFIG_VAR])
     first = plan.config.node_rank * plan.nproc

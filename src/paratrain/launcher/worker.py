@@ -54,7 +54,18 @@ from paratrain.errors import ParatrainError
 from paratrain.launcher import notes as notes_
 from paratrain.launcher import tf_import, tf_setup, torch_import
 
-TF_METHODS = ("mirrored", "multiworker")
+
+def _tensorflow_method(name: str | None) -> bool:
+    """Is ``name`` a method whose scripts are Keras ones (the registry says; no TensorFlow, no torch imported)?"""
+    if not name:
+        return False
+    from paratrain.errors import ParatrainError
+    from paratrain.strategies import registry
+
+    try:
+        return registry.info(name).framework == "tensorflow"
+    except ParatrainError:
+        return False
 
 
 def _adopt_horovod_env() -> None:
@@ -92,7 +103,7 @@ def _run_script(script: str, args: list[str]) -> None:
         from paratrain.launcher import deepspeed_watch
 
         deepspeed_watch.install(lambda facts: note("deepspeed", facts))  # what the script's own config ran
-    if os.environ.get(STRATEGY_VAR) in TF_METHODS or os.environ.get(QUIET_TF_VAR) == "1":  # (horovod: Keras too)
+    if _tensorflow_method(os.environ.get(STRATEGY_VAR)) or os.environ.get(QUIET_TF_VAR) == "1":  # (horovod: Keras)
         # and its `import tensorflow` set up for the method (tf_setup), without TF's start-up lines when quiet
         tf_import.install(quiet=os.environ.get(QUIET_TF_VAR) == "1")
     runpy.run_path(script, run_name="__main__")

@@ -1,14 +1,14 @@
-"""What the two TensorFlow methods share: availability without importing TensorFlow, and a clear answer when a
-PyTorch ``Session`` is started under them. Their training goes through :mod:`paratrain.tf`, not the Session."""
+"""What the TensorFlow methods share: availability without importing TensorFlow, and the Keras runtime protocol
+their training goes through (:mod:`paratrain.tf`, not the Session)."""
 
 from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
+from abc import abstractmethod
 from typing import Any
 
-from paratrain.errors import ConfigError
-from paratrain.strategies.base import Availability, Strategy
+from paratrain.strategies.base import Availability, MethodSpec
 
 TF_FIX = 'pip install "paratrain[tf]"'
 TF_KERAS_FIX = 'pip install --no-deps "tf_keras=={minor}.*"'
@@ -33,8 +33,13 @@ def tf_keras_fix() -> str:
     return TF_KERAS_FIX.format(minor=".".join(tf.split(".")[:2]))
 
 
-class TensorFlowStrategy(Strategy):
-    """Base of mirrored and multiworker: they are launched by paratrain but trained by Keras."""
+class KerasMethod(MethodSpec):
+    """A TensorFlow method: launched by paratrain, trained by Keras through :mod:`paratrain.tf` — the Keras runtime
+    beside the PyTorch one (:class:`Strategy`), not a Strategy whose hooks refuse.
+
+    Two hooks, both run in the worker: :meth:`prepare_tensorflow` right after the script's ``import tensorflow``
+    (before its runtime starts, the only moment devices can still be configured; also for a native script that
+    builds its own strategy), and :meth:`build`, the ``tf.distribute`` strategy ``ptf.strategy()`` returns."""
 
     @classmethod
     def available(cls) -> Availability:
@@ -43,9 +48,29 @@ class TensorFlowStrategy(Strategy):
             return Availability(False, "TensorFlow is not installed", TF_FIX)
         return Availability.yes(f"TensorFlow {found}")
 
-    def setup(self) -> None:
-        raise ConfigError(f"{self.method} is a TensorFlow method: a PyTorch Session cannot train under it",
-                          hint="in a Keras script use `from paratrain import tf as ptf; strategy = ptf.strategy()`")
+    @classmethod
+    def prepare_tensorflow(cls, tf: Any, replicas: int) -> None:
+        """Configure TensorFlow for ``replicas`` (``--nproc``) before anything runs. Must not raise for a TensorFlow
+        it cannot configure: the script then runs as it would alone, and the job's last line says what it got."""
 
-    def wrap(self, model: Any, optimizer: Any) -> Any:  # pragma: no cover - setup() refuses first
-        self.setup()
+    @classmethod
+    @abstractmethod
+    def build(cls, tf: Any, replicas: int) -> Any:
+        """The ``tf.distribute`` strategy of this process."""
+
+
+def keras_method(name: str | None) -> type[KerasMethod] | None:
+    """The TensorFlow method called ``name``, or None (no name, a torch method, a name no registry entry has)."""
+    if not name:
+        return None
+    from paratrain.errors import ParatrainError
+    from paratrain.strategies import registry
+
+    try:
+        entry = registry.info(name)
+    except ParatrainError:
+        return None
+    if entry.framework != "tensorflow" or not entry.implemented:
+        return None
+    cls = entry.load()
+    return cls if isinstance(cls, type) and issubclass(cls, KerasMethod) else None

@@ -157,35 +157,14 @@ def _convert(method: str, key: str, text: str, hint: Any) -> Any:
     return text
 
 
-class Strategy(ABC):
-    """One training method. The Session calls these, in this order, and nothing else.
+class MethodSpec(ABC):
+    """A training method as the launcher sees it, whatever framework trains under it: its name, its options, whether
+    it can run here, what it checks and adds before any process starts, and what the job really ran. The runtime
+    that trains is beside it: :class:`Strategy` for a PyTorch ``Session``, :class:`paratrain.strategies._tensorflow.
+    KerasMethod` for a Keras script through :mod:`paratrain.tf`."""
 
-    ``setup`` joins the process group and picks the device; ``wrap`` returns the model and optimizer to train with
-    (possibly new objects, e.g. sharded parameters); ``backward``/``step`` run one micro-batch / one optimizer step;
-    ``state_dict``/``load_state_dict`` give a method-neutral view for checkpoints; ``teardown`` releases everything.
-    """
-
-    method: ClassVar[Method]
+    method: ClassVar[Method | str]
     options_type: ClassVar[type[StrategyOptions]] = NoOptions
-    # Training-option abilities (see paratrain.options): the precisions this method can train in, those its engine
-    # applies itself (autocast and any loss scaler; the Session applies the others with its autocast, and hands back
-    # fp32 outputs for all), and whether torch.compile works on it.
-    supported_precision: ClassVar[frozenset[str]] = frozenset({"fp32", "bf16-mixed", "fp16-mixed", "bf16-true"})
-    native_precision: ClassVar[frozenset[str]] = frozenset({"fp32"})
-    compilable: ClassVar[bool] = True
-    # A method whose engine owns the gradients (DeepSpeed ZeRO keeps them in its own flat buffers) clips them itself,
-    # from the grad_clip training option; the Session's clip_grad_norm_ would see no gradients there.
-    clips_gradients: ClassVar[bool] = False
-    # Does the torch profiler see this method's collectives (gloo:/nccl: events)? Horovod runs its own on a
-    # background thread of its C++ core: compare's breakdown then says "not measured" rather than 0 MB and 0 %.
-    profiler_sees_collectives: ClassVar[bool] = True
-
-    def __init__(self, options: StrategyOptions, env: DistEnv) -> None:
-        self.options = options
-        self.env = env
-        self.device: torch.device | None = None
-        self.precision = "fp32"  # the Session's precision, set before wrap()
-        self.train: Any = None  # the Session's TrainOptions, set before wrap()
 
     @classmethod
     @abstractmethod
@@ -209,6 +188,35 @@ class Strategy(ABC):
         """What this method's workers need in their environment to run ``script`` (a Path), beyond the Session's
         variables — e.g. how a script written for the method's own launcher expects to be started."""
         return {}
+
+
+class Strategy(MethodSpec):
+    """A PyTorch method's runtime. The Session calls these, in this order, and nothing else.
+
+    ``setup`` joins the process group and picks the device; ``wrap`` returns the model and optimizer to train with
+    (possibly new objects, e.g. sharded parameters); ``backward``/``step`` run one micro-batch / one optimizer step;
+    ``state_dict``/``load_state_dict`` give a method-neutral view for checkpoints; ``teardown`` releases everything.
+    """
+
+    # Training-option abilities (see paratrain.options): the precisions this method can train in, those its engine
+    # applies itself (autocast and any loss scaler; the Session applies the others with its autocast, and hands back
+    # fp32 outputs for all), and whether torch.compile works on it.
+    supported_precision: ClassVar[frozenset[str]] = frozenset({"fp32", "bf16-mixed", "fp16-mixed", "bf16-true"})
+    native_precision: ClassVar[frozenset[str]] = frozenset({"fp32"})
+    compilable: ClassVar[bool] = True
+    # A method whose engine owns the gradients (DeepSpeed ZeRO keeps them in its own flat buffers) clips them itself,
+    # from the grad_clip training option; the Session's clip_grad_norm_ would see no gradients there.
+    clips_gradients: ClassVar[bool] = False
+    # Does the torch profiler see this method's collectives (gloo:/nccl: events)? Horovod runs its own on a
+    # background thread of its C++ core: compare's breakdown then says "not measured" rather than 0 MB and 0 %.
+    profiler_sees_collectives: ClassVar[bool] = True
+
+    def __init__(self, options: StrategyOptions, env: DistEnv) -> None:
+        self.options = options
+        self.env = env
+        self.device: torch.device | None = None
+        self.precision = "fp32"  # the Session's precision, set before wrap()
+        self.train: Any = None  # the Session's TrainOptions, set before wrap()
 
     @property
     def spec(self) -> str:
@@ -238,7 +246,7 @@ class Strategy(ABC):
     def step(self, optimizer: torch.optim.Optimizer) -> None:
         optimizer.step()
 
-    def sync_gradients(self, optimizer: torch.optim.Optimizer) -> None:  # noqa: B027 - optional hook
+    def sync_gradients(self, optimizer: torch.optim.Optimizer) -> None:
         """Make the gradients the synchronised ones now (before the Session clips them). A no-op where backward
         already did it (DDP, FSDP); Horovod finishes its asynchronous allreduce here."""
 
@@ -299,7 +307,7 @@ class Strategy(ABC):
 
         return get_model_state_dict(self.unwrap(model), options=StateDictOptions(full_state_dict=True))
 
-    def teardown(self) -> None:  # noqa: B027 - optional hook, a no-op for single-process methods
+    def teardown(self) -> None:
         """Leave the process group. Must be safe to call twice."""
 
 

@@ -16,7 +16,7 @@ from paratrain.errors import ConfigError, StrategyUnavailableError, UnknownStrat
 from paratrain.strategies.base import (
     Availability,
     Method,
-    Strategy,
+    MethodSpec,
     StrategyOptions,
     expand_shorthands,
     parse_spec,
@@ -54,7 +54,7 @@ class MethodInfo:
         """Can this method run a script of ``framework`` ("torch" or "tensorflow")?"""
         return framework == self.framework or framework in self.also_runs
 
-    def load(self) -> type[Strategy]:
+    def load(self) -> type[MethodSpec]:
         if self.target is None:
             raise StrategyUnavailableError(
                 f"{self.method} is not implemented in this version of paratrain",
@@ -197,7 +197,7 @@ def availability(name: str | Method) -> Availability:
     return entry.load().available()
 
 
-def resolve(spec: str, extra_options: Mapping[str, str] | None = None) -> tuple[type[Strategy], StrategyOptions]:
+def resolve(spec: str, extra_options: Mapping[str, str] | None = None) -> tuple[type[MethodSpec], StrategyOptions]:
     """``"fsdp:shard=full"`` -> (FSDPStrategy, FSDPOptions(shard="full")).
 
     ``extra_options`` are raw values from the environment (``PARATRAIN_<OPTION>``); ones the method does not know
@@ -214,7 +214,7 @@ def resolve(spec: str, extra_options: Mapping[str, str] | None = None) -> tuple[
     return cls, cls.options_type.from_strings(name, raw)
 
 
-def require_available(cls: type[Strategy]) -> None:
+def require_available(cls: type[MethodSpec]) -> None:
     avail = cls.available()
     if not avail.ok:
         raise StrategyUnavailableError(

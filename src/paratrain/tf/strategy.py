@@ -19,19 +19,28 @@ import os
 import sys
 from typing import Any
 
-from paratrain.distenv import NPROC_VAR, STRATEGY_VAR, DistEnv
+from paratrain.distenv import NPROC_VAR, STRATEGY_VAR
 from paratrain.errors import ConfigError
+from paratrain.strategies import registry
+from paratrain.strategies._tensorflow import keras_method
 from paratrain.tf import horovod
 
 _built: Any = None  # one strategy per process: TensorFlow allows only one MultiWorkerMirroredStrategy
 
 
 def method() -> str:
-    """``mirrored``, ``multiworker``, ``horovod`` or ``single`` (no launcher, or a torch method's variables)."""
+    """The TensorFlow method the launcher chose (``mirrored``, ``multiworker``), ``horovod``, or — no launcher, or a
+    torch method's variables — ``multiworker`` for a native TF_CONFIG and ``single`` otherwise."""
     chosen = os.environ.get(STRATEGY_VAR, "")
-    if chosen in ("mirrored", "multiworker", horovod.METHOD):
+    if chosen == horovod.METHOD or keras_method(chosen) is not None:
         return chosen
     return "multiworker" if os.environ.get("TF_CONFIG") else "single"
+
+
+def _spans_workers() -> bool:
+    """Is this process one of several workers of a TF_CONFIG cluster (not one process holding every replica)?"""
+    chosen = method()
+    return chosen not in ("single", horovod.METHOD) and registry.info(chosen).multi_process
 
 
 def _task() -> tuple[int, int]:
@@ -56,14 +65,14 @@ def rank() -> int:
     """This process's index among the workers (0 for mirrored and single: one process)."""
     if horovod.active():
         return horovod.rank()
-    return _task()[0] if method() == "multiworker" else 0
+    return _task()[0] if _spans_workers() else 0
 
 
 def world_size() -> int:
     """Processes in the job (not replicas: a mirrored process holds several)."""
     if horovod.active():
         return horovod.size()
-    return _task()[1] if method() == "multiworker" else 1
+    return _task()[1] if _spans_workers() else 1
 
 
 def is_main() -> bool:
@@ -76,51 +85,6 @@ def main_print(*args: Any, **kwargs: Any) -> None:
     if is_main():
         print(*args, **kwargs)
         sys.stdout.flush()
-
-
-def _replicas() -> int:
-    text = os.environ.get(NPROC_VAR, "")
-    return int(text) if text.isdigit() and int(text) > 0 else 0
-
-
-def _mirrored(tf: Any) -> Any:
-    gpus = tf.config.list_physical_devices("GPU")
-    wanted = _replicas()
-    if gpus:
-        if wanted > len(gpus):
-            raise ConfigError(f"--nproc {wanted} asks for more replicas than the {len(gpus)} visible GPUs",
-                              hint=f"use --nproc {len(gpus)} or fewer")
-        chosen = gpus[: wanted or len(gpus)]
-        return tf.distribute.MirroredStrategy([f"/gpu:{d.name.rsplit(':', 1)[-1]}" for d in chosen])
-    count = wanted or 1
-    cpu = tf.config.list_physical_devices("CPU")[0]
-    try:
-        tf.config.set_logical_device_configuration(cpu, [tf.config.LogicalDeviceConfiguration()] * count)
-    except RuntimeError:
-        if len(tf.config.list_logical_devices("CPU")) != count:  # else the launcher's worker split it already
-            raise _too_late() from None
-    # Without GPUs TensorFlow's default reduces through one device; say so explicitly (NCCL needs GPUs).
-    return tf.distribute.MirroredStrategy([f"/cpu:{i}" for i in range(count)],
-                                          cross_device_ops=tf.distribute.ReductionToOneDevice())
-
-
-def _too_late() -> ConfigError:
-    return ConfigError("TensorFlow was already running when paratrain.tf.strategy() was called, so the CPU can no "
-                       "longer be split into replicas",
-                       hint="call ptf.strategy() first, before building a model, dataset or any tensor")
-
-
-def _multiworker(tf: Any) -> Any:
-    choice = DistEnv.from_environ().options.get("collective", "auto")
-    impl = tf.distribute.experimental.CommunicationImplementation
-    known = {"auto": impl.AUTO, "ring": impl.RING, "nccl": impl.NCCL}
-    if choice not in known:
-        raise ConfigError(f'multiworker option collective="{choice}" is not one of auto, ring, nccl')
-    if choice == "nccl" and not tf.config.list_physical_devices("GPU"):
-        raise ConfigError("multiworker:collective=nccl needs GPUs, and none is visible",
-                          hint="use multiworker:collective=ring (or auto) on CPUs")
-    options = tf.distribute.experimental.CommunicationOptions(implementation=known[choice])
-    return tf.distribute.MultiWorkerMirroredStrategy(communication_options=options)
 
 
 def strategy() -> Any:
@@ -137,14 +101,9 @@ def strategy() -> Any:
         with contextlib.suppress(RuntimeError):  # already running: TensorFlow read TF_NUM_INTRAOP_THREADS itself
             tf.config.threading.set_intra_op_parallelism_threads(int(threads))
     chosen = method()
-    if chosen == "mirrored":
-        _built = _mirrored(tf)
-    elif chosen == "multiworker":
-        from paratrain.launcher.worker import note
-
-        note("waiting", {})  # the launcher's start-up deadline applies from here (the constructor already waits)
-        _built = _multiworker(tf)
-        _joined(tf, _built)
+    if (keras := keras_method(chosen)) is not None:
+        text = os.environ.get(NPROC_VAR, "")
+        _built = keras.build(tf, int(text) if text.isdigit() and int(text) > 0 else 0)
     else:
         if chosen == horovod.METHOD:
             horovod.hvd()  # hvd.init(): Horovod's Keras recipe starts here
@@ -152,12 +111,3 @@ def strategy() -> Any:
     return _built
 
 
-def _joined(tf: Any, strat: Any) -> None:
-    """Wait until every worker is up (one tiny all-reduce), then tell the launcher: its start-up deadline covers
-    exactly the time a missing worker would otherwise leave the others waiting without a word."""
-    from paratrain.launcher.worker import note
-
-    total = strat.reduce("SUM", strat.run(tf.function(lambda: tf.constant(1.0))), axis=None)
-    if int(total.numpy()) != strat.num_replicas_in_sync:  # pragma: no cover - TensorFlow's own invariant
-        raise ConfigError(f"only {int(total.numpy())} of {strat.num_replicas_in_sync} replicas answered")
-    note("joined", {})
