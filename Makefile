@@ -15,7 +15,7 @@ help:
 	@echo "make install      core package only (torch, typer, rich, nvidia-ml-py, psutil)"
 	@echo "make install-all  every extra: [all,test]"
 	@echo "make install-horovod  build (or reuse the cached) Horovod wheel: paratrain setup horovod"
-	@echo "make lint         ruff"
+	@echo "make lint         ruff, then mypy over strategies/, launcher/ and session.py"
 
 $(VENV)/.torch:
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -47,8 +47,10 @@ $(VENV)/.horovod: $(VENV)/.all
 
 install-horovod: $(VENV)/.horovod
 
+# mypy reads its files and settings from [tool.mypy] in pyproject.toml.
 lint: $(VENV)/.all
 	$(VENV)/bin/ruff check src tests examples benchmarks
+	$(VENV)/bin/mypy
 
 test: lint $(VENV)/.horovod
 	OMP_NUM_THREADS=1 $(PY) -m pytest
@@ -60,4 +62,4 @@ demo: $(VENV)/.horovod
 	@echo "report: runs/demo/report.md (plots beside it); past runs: $(VENV)/bin/paratrain history"
 
 clean:
-	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .ruff_cache
+	rm -rf $(VENV) build *.egg-info src/*.egg-info .pytest_cache .ruff_cache .mypy_cache

@@ -239,7 +239,7 @@ class Session:
         if self._micro_done < self.grad_accum:
             return
         self._micro_done = 0
-        if self._optimizer is None:
+        if self._optimizer is None or self._model is None:  # prepare() sets both or neither
             raise ConfigError("step() needs an optimizer", hint="pass it to session.prepare(model, optimizer)")
         if not self._checked_use:
             self._check_prepared_objects_used()
@@ -295,10 +295,10 @@ class Session:
         """A scheduler the script steps as well advances twice per optimizer step — its schedule over in half the
         steps, silently. Said once, on the main rank."""
         now = getattr(self._scheduler, "last_epoch", None)
-        ahead = now is not None and self._scheduler_at is not None and now != self._scheduler_at
-        if ahead and not self._scheduler_warned:
+        at = self._scheduler_at
+        if now is not None and at is not None and now != at and not self._scheduler_warned:
             self._scheduler_warned = True
-            notice(f"the scheduler was also stepped outside session.step() ({now - self._scheduler_at} extra "
+            notice(f"the scheduler was also stepped outside session.step() ({now - at} extra "
                    "step(s) before this optimizer step), so it runs ahead of the optimizer: remove your own "
                    "scheduler.step() — session.step() steps the scheduler given to prepare()")
         self._scheduler.step()
@@ -310,7 +310,7 @@ class Session:
         if op not in ("mean", "sum", "max", "min"):  # checked in one process too: a typo never waits for a launch
             raise ConfigError(f'all_reduce op "{op}" is not one of mean, sum, max, min')
         is_tensor = isinstance(value, torch.Tensor)
-        t = value.detach().clone() if is_tensor else torch.tensor(float(value))
+        t = value.detach().clone() if isinstance(value, torch.Tensor) else torch.tensor(float(value))
         if self.world_size > 1:
             orig_device = t.device
             t = t.to(self.device)
@@ -354,21 +354,21 @@ class Session:
     # -- state ----------------------------------------------------------------------------------------------
     def model_state_dict(self) -> dict[str, torch.Tensor]:
         """The full (unsharded) model state on every rank, keyed like the user's own module."""
-        self._require_model()
+        model = self._require_model()
         with self._progress.phase("session.model_state_dict"):
-            return self._strategy.full_model_state_dict(self._model)
+            return self._strategy.full_model_state_dict(model)
 
     def save(self, path: str) -> None:
         """Write a checkpoint directory atomically; every rank must call it."""
-        self._require_model()
+        model = self._require_model()
         with self._progress.phase("session.save"):
-            checkpoint.save(path, self._strategy, self._model, self._optimizer, self._trainer_state())
+            checkpoint.save(path, self._strategy, model, self._optimizer, self._trainer_state())
 
     def load(self, path: str) -> None:
         """Restore a checkpoint written by any method at any world size; every rank must call it."""
-        self._require_model()
+        model = self._require_model()
         with self._progress.phase("session.load"):
-            state = checkpoint.load(path, self._strategy, self._model, self._optimizer)
+            state = checkpoint.load(path, self._strategy, model, self._optimizer)
         self.step_count = int(state.get("step_count", 0))
         if self._scheduler is not None and state.get("scheduler") is not None:
             self._scheduler.load_state_dict(state["scheduler"])
@@ -386,9 +386,10 @@ class Session:
             "scaler": self._scaler.state_dict() if self._scaler is not None else None,
         }
 
-    def _require_model(self) -> None:
+    def _require_model(self) -> torch.nn.Module:
         if self._model is None:
             raise ConfigError("call session.prepare(model, optimizer, loader) first")
+        return self._model
 
     # -- lifecycle ------------------------------------------------------------------------------------------
     def close(self) -> None:

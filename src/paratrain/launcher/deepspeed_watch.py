@@ -89,7 +89,8 @@ def _watched_import(execute: Execute, module: ModuleType, report: Callable[[Fact
     """The import, then ``initialize`` replaced before the script can read it."""
     execute(module)
     if callable(getattr(module, "initialize", None)):
-        module.initialize = watched(module.initialize, report)
+        # typeshed's ModuleType has __getattr__ but no __setattr__: a write to a module attribute needs the ignore
+        module.initialize = watched(module.initialize, report)  # type: ignore[attr-defined]
 
 
 _hook = ImportHook("deepspeed", lambda execute, module: execute(module))
@@ -100,6 +101,7 @@ def install(report: Callable[[Facts], None]) -> None:
     uninstall()
     if "deepspeed" in sys.modules:  # already imported (not in a fresh worker): wrap it now
         module = sys.modules["deepspeed"]
+        # typeshed's ModuleType has __getattr__ but no __setattr__: a write to a module attribute needs the ignore
         module.initialize = watched(module.initialize, report)  # type: ignore[attr-defined]
         return
     _hook.around = functools.partial(_watched_import, report=report)

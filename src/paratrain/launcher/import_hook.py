@@ -39,7 +39,8 @@ class ImportHook(importlib.abc.MetaPathFinder):
         def exec_module(module: ModuleType) -> None:
             around(execute, module)
 
-        spec.loader.exec_module = exec_module  # this spec's own loader object, not the module's loader class
+        # Replaced on this spec's own loader object, not the module's loader class (a deliberate method override).
+        spec.loader.exec_module = exec_module  # type: ignore[method-assign]
         return spec
 
     def install(self) -> None:

@@ -47,7 +47,8 @@ def _check_compiles(script: Path) -> None:
     try:
         compile(source, str(script), "exec", dont_inherit=True)
     except (SyntaxError, ValueError) as exc:
-        where = f" (line {exc.lineno})" if getattr(exc, "lineno", None) else ""
+        lineno = getattr(exc, "lineno", None)  # a SyntaxError's; a ValueError (null bytes) has none
+        where = f" (line {lineno})" if lineno else ""
         raise ConfigError(f"{script} is not a valid Python script{where}: {getattr(exc, 'msg', exc)}",
                           hint="paratrain run starts Python training scripts; check the path and the file") from None
 

@@ -33,11 +33,11 @@ def cgroup_cpu_limit(root: Path = CGROUP_ROOT) -> int | None:
     except (OSError, ValueError):
         pass
     try:
-        quota = int((root / "cpu" / "cpu.cfs_quota_us").read_text())
-        period = int((root / "cpu" / "cpu.cfs_period_us").read_text())
+        quota_us = int((root / "cpu" / "cpu.cfs_quota_us").read_text())
+        period_us = int((root / "cpu" / "cpu.cfs_period_us").read_text())
     except (OSError, ValueError):
         return None
-    return max(1, math.ceil(quota / period)) if quota > 0 and period > 0 else None
+    return max(1, math.ceil(quota_us / period_us)) if quota_us > 0 and period_us > 0 else None
 
 
 def available_cores(root: Path = CGROUP_ROOT) -> int:

@@ -41,11 +41,9 @@ def join(env: DistEnv, method: str) -> torch.device:
             hint=f"run it as `paratrain run --strategy {method} --nproc 2 SCRIPT`",
         )
     backend = "nccl" if device.type == "cuda" else "gloo"
-    kwargs = {}
-    if env.timeout_s:
-        kwargs["timeout"] = datetime.timedelta(seconds=env.timeout_s)
+    timeout = datetime.timedelta(seconds=env.timeout_s) if env.timeout_s else None  # None: torch's default
     try:
-        dist.init_process_group(backend=backend, **kwargs)
+        dist.init_process_group(backend=backend, timeout=timeout)
     except Exception as exc:
         raise LaunchError(
             f"rank {env.rank} of {env.world_size} could not join the {backend} process group "

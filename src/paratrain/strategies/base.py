@@ -14,7 +14,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar, cast
 
 from paratrain.errors import ConfigError, UnknownStrategyError, did_you_mean
 
@@ -62,6 +62,9 @@ class RanAs:
     note: str | None = None  # one line said first, e.g. "…; deepspeed:zero1 was not applied"
 
 
+_Options = TypeVar("_Options", bound="StrategyOptions")  # from_strings on a method's options class returns that class
+
+
 @dataclass(frozen=True, kw_only=True)
 class StrategyOptions:
     """Base for a method's options: a frozen dataclass that validates itself in ``__post_init__``.
@@ -84,7 +87,7 @@ class StrategyOptions:
         return [f.name for f in dataclasses.fields(cls)]
 
     @classmethod
-    def from_strings(cls, method: str, values: Mapping[str, str]) -> StrategyOptions:
+    def from_strings(cls: type[_Options], method: str, values: Mapping[str, str]) -> _Options:
         """Build options from ``name -> text`` pairs, converting each text to the field's declared type."""
         hints = typing.get_type_hints(cls)
         kwargs: dict[str, Any] = {}
@@ -305,7 +308,8 @@ class Strategy(MethodSpec):
         """Every parameter and buffer, unsharded, on every rank (a collective under sharding methods)."""
         from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
 
-        return get_model_state_dict(self.unwrap(model), options=StateDictOptions(full_state_dict=True))
+        state = get_model_state_dict(self.unwrap(model), options=StateDictOptions(full_state_dict=True))
+        return cast("dict[str, torch.Tensor]", state)  # full_state_dict: plain tensors, never DTensor shards
 
     def teardown(self) -> None:
         """Leave the process group. Must be safe to call twice."""

@@ -33,6 +33,7 @@ class DDPStrategy(Strategy, BackwardSyncControl):
         self.device = _procgroup.join(self.env, str(self.method))
 
     def wrap(self, model, optimizer):
+        assert self.device is not None  # set by setup()
         model = model.to(self.device)
         ids = [self.device.index] if self.device.type == "cuda" else None
         return DistributedDataParallel(model, device_ids=ids), optimizer

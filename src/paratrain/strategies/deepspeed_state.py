@@ -131,7 +131,7 @@ def clear_state(optimizer: Any) -> None:
 
 def _optim_keys(optimizer: Any) -> tuple[list[str], torch.Tensor | None]:
     """The per-parameter state tensors (exp_avg, momentum_buffer, …) and the step counter, if any."""
-    first = next(iter(_inner(optimizer).state.values()), {})
+    first: dict[str, Any] = next(iter(_inner(optimizer).state.values()), {})
     keys = [k for k, v in first.items() if isinstance(v, torch.Tensor) and k != "step" and v.dim() > 0]
     step = first.get("step")
     return keys, (step.detach().clone() if isinstance(step, torch.Tensor) else None)

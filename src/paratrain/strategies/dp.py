@@ -27,6 +27,7 @@ class DataParallelStrategy(SingleStrategy):
         return Availability.yes(f"{n} GPU(s): runs as a single process (nothing to split over)")
 
     def wrap(self, model, optimizer):
+        assert self.device is not None  # set by setup()
         model = model.to(self.device)
         n = torch.cuda.device_count() if self.device.type == "cuda" else 0
         if n < 2:

@@ -67,6 +67,7 @@ class FSDPStrategy(Strategy, BackwardSyncControl):
         from torch.distributed.device_mesh import init_device_mesh
 
         world = dist.get_world_size()
+        assert self.device is not None  # set by setup()
         if self.options.shard == "none":
             return init_device_mesh(self.device.type, (world, 1), mesh_dim_names=("replicate", "shard"))
         return init_device_mesh(self.device.type, (world,))
