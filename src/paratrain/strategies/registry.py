@@ -65,8 +65,10 @@ class MethodInfo:
 
 
 _ALL = Sharding(params=True, grads=True, optimizer=True)
-_ZERO12 = {"layout": "flat", "master": True}  # DeepSpeed's layouts: see paratrain.advise.memory
-_ZERO3 = {"layout": "tensor", "master": True}
+# DeepSpeed's layouts (see paratrain.advise.memory): ZeRO-1/2 cut one flat buffer, ZeRO-3 each tensor; both keep
+# fp32 master copies of their partition.
+_ZERO12 = Sharding(layout="flat", master=True)
+_ZERO3 = replace(_ALL, gathered="unit", layout="tensor", master=True)
 _ENTRIES = [
     MethodInfo(Method.SINGLE, "torch", ("local",),
                "one process, one device: the baseline every other method is measured against",
@@ -95,19 +97,19 @@ _ENTRIES = [
                "DeepSpeed ZeRO stages 0-3 with optional CPU offload, for very large models",
                "paratrain.strategies.deepspeed:DeepSpeedStrategy", True,
                ("deepspeed:zero1", "deepspeed:zero2", "deepspeed:zero3"),
-               costs=(CostModel("deepspeed:zero1", Sharding(optimizer=True, **_ZERO12), "shard_grads",
+               costs=(CostModel("deepspeed:zero1", replace(_ZERO12, optimizer=True), "shard_grads",
                                 "optimizer state sharded", 2),
-                      CostModel("deepspeed:zero2", Sharding(grads=True, optimizer=True, **_ZERO12), "shard_grads",
+                      CostModel("deepspeed:zero2", replace(_ZERO12, grads=True, optimizer=True), "shard_grads",
                                 "gradients and optimizer state sharded", 3),
                       CostModel("deepspeed:zero0", Sharding(), "allreduce", "DeepSpeed's engine with nothing sharded",
                                 5),
-                      CostModel("deepspeed:zero3", replace(_ALL, gathered="unit", **_ZERO3),
+                      CostModel("deepspeed:zero3", _ZERO3,
                                 "shard_all", "everything sharded (ZeRO-3)", 8),
                       CostModel("deepspeed:zero2,offload=optimizer",
-                                Sharding(grads=True, optimizer=True, offload=("optimizer",), **_ZERO12),
+                                replace(_ZERO12, grads=True, optimizer=True, offload=("optimizer",)),
                                 "shard_grads", "ZeRO-2 with the optimizer state and its step in host memory", 9),
                       CostModel("deepspeed:zero3,offload=all",
-                                replace(_ALL, gathered="unit", offload=("params", "grads", "optimizer"), **_ZERO3),
+                                replace(_ZERO3, offload=("params", "grads", "optimizer")),
                                 "shard_all", "ZeRO-3 with all state in host memory", 10))),
     MethodInfo(Method.HOROVOD, "torch", ("horovodrun",),
                "Horovod ring all-reduce through horovodrun; for clusters and scripts already built on Horovod",
