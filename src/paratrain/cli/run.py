@@ -86,9 +86,8 @@ def run(
     verbose: bool = typer.Option(None, "--verbose", "-v", help="Show torchrun's own logging."),
 ) -> Callable[[], int] | None:
     from paratrain.errors import ConfigError
-    from paratrain.launcher import build_plan, execute, load_config
+    from paratrain.launcher import build_plan, cluster, execute, load_config
     from paratrain.launcher.config import merge
-    from paratrain.launcher.slurm import slurm_defaults
 
     if json_out and not dry_run:
         raise ConfigError("--json only applies to --dry-run", hint="add --dry-run, or drop --json")
@@ -99,7 +98,7 @@ def run(
              "precision": precision, "grad_clip": grad_clip, "compile": compile_model, "seed": seed,
              "grad_accum": grad_accum, "per_rank_batch": per_rank_batch, "sync_batchnorm": sync_batchnorm,
              "script": script, "args": list(args or [])}
-    values = {**slurm_defaults(os.environ), **load_config(config)}  # a SLURM allocation < paratrain.toml < flags
+    values = {**cluster.defaults(os.environ), **load_config(config)}  # the scheduler's < paratrain.toml < flags
     settings = merge(values, flags)
     _note_flags_after_script(settings.script, settings.args)
     if _launches_torchrun(settings.strategy):

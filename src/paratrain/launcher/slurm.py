@@ -1,4 +1,4 @@
-"""Defaults for a multi-node launch inside a SLURM allocation.
+"""Defaults for a multi-node launch inside a SLURM allocation (a :mod:`paratrain.launcher.cluster` environment).
 
 Run ``srun --ntasks-per-node=1 paratrain run -s ddp -n 4 train.py`` in an allocation of N nodes: each node's
 ``paratrain run`` reads ``SLURM_NNODES`` (→ ``--nnodes``), ``SLURM_NODEID`` (→ ``--node-rank``) and the first host of
@@ -47,3 +47,16 @@ def slurm_defaults(environ: Mapping[str, str]) -> dict[str, Any]:
                           hint="pass --nnodes, --node-rank and --master yourself")
     port = BASE_PORT + int(environ.get("SLURM_JOB_ID", "0")) % 1000
     return {"nnodes": int(nnodes), "node_rank": int(environ.get("SLURM_NODEID", "0")), "master": f"{hosts[0]}:{port}"}
+
+
+class Slurm:
+    name = "slurm"
+
+    def detect(self, environ: Mapping[str, str]) -> bool:
+        return "SLURM_JOB_ID" in environ or "SLURM_NNODES" in environ
+
+    def defaults(self, environ: Mapping[str, str]) -> dict[str, Any]:
+        return slurm_defaults(environ)
+
+
+ENVIRONMENT = Slurm()

@@ -8,6 +8,7 @@ import importlib.util
 from abc import abstractmethod
 from typing import Any
 
+from paratrain.probes import Component, probe
 from paratrain.strategies.base import Availability, MethodSpec
 
 TF_FIX = 'pip install "paratrain[tf]"'
@@ -33,6 +34,21 @@ def tf_keras_fix() -> str:
     return TF_KERAS_FIX.format(minor=".".join(tf.split(".")[:2]))
 
 
+# TensorFlow's Keras (3, or tf_keras for multiworker fit) and the devices it sees; quiet: TF logs to stderr at import.
+_TF_PROBE = """
+import json, os
+os.environ["TF_CPP_MIN_LOG_LEVEL"] = "3"
+import importlib.metadata as m, tensorflow as tf
+def v(d):
+    try:
+        return m.version(d)
+    except m.PackageNotFoundError:
+        return None
+print(json.dumps({"keras": v("keras"), "tf_keras": v("tf-keras"),
+                  "devices": {k: len(tf.config.list_physical_devices(k)) for k in ("CPU", "GPU")}}))
+"""
+
+
 class KerasMethod(MethodSpec):
     """A TensorFlow method: launched by paratrain, trained by Keras through :mod:`paratrain.tf` — the Keras runtime
     beside the PyTorch one (:class:`Strategy`), not a Strategy whose hooks refuse.
@@ -47,6 +63,21 @@ class KerasMethod(MethodSpec):
         if found is None:
             return Availability(False, "TensorFlow is not installed", TF_FIX)
         return Availability.yes(f"TensorFlow {found}")
+
+    @classmethod
+    def doctor_component(cls, timeout: float) -> Component:
+        version = tensorflow_version()
+        if version is None:
+            return Component("TensorFlow", None, "not installed", TF_FIX)
+        info = probe(_TF_PROBE, timeout)
+        if "error" in info:
+            return Component("TensorFlow", version, f"error: {info['error']}",
+                             'pip install --force-reinstall "paratrain[tf]"')
+        devices = ", ".join(f"{n} {k}" for k, n in info["devices"].items() if n)
+        legacy = (f"tf_keras {info['tf_keras']} (multiworker fit)" if info["tf_keras"]
+                  else "no tf_keras (multiworker fit)")
+        return Component("TensorFlow", version, f"Keras {info['keras']}; {legacy}; devices: {devices}",
+                         "" if info["tf_keras"] else tf_keras_fix())
 
     @classmethod
     def prepare_tensorflow(cls, tf: Any, replicas: int) -> None:

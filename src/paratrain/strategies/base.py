@@ -187,6 +187,13 @@ class MethodSpec(ABC):
         return None
 
     @classmethod
+    def doctor_component(cls, timeout: float) -> Any:
+        """`paratrain doctor`'s line for the package behind this method (a :class:`paratrain.probes.Component`:
+        its version, what it was built with, the command that fixes it), or None when the method needs nothing
+        beyond torch. Methods sharing a package return the same line; doctor shows it once."""
+        return None
+
+    @classmethod
     def script_env(cls, options: StrategyOptions, script: Any) -> dict[str, str]:
         """What this method's workers need in their environment to run ``script`` (a Path), beyond the Session's
         variables — e.g. how a script written for the method's own launcher expects to be started."""

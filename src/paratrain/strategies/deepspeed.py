@@ -26,6 +26,7 @@ import torch
 from paratrain import distenv
 from paratrain.console import notice
 from paratrain.errors import ConfigError
+from paratrain.probes import Component, dist_version, probe
 from paratrain.strategies import _procgroup
 from paratrain.strategies import deepspeed_config as ds_config
 from paratrain.strategies.base import (
@@ -65,6 +66,22 @@ class DeepSpeedOptions(StrategyOptions):
             ds_config.read_user_config(self.config)
 
 
+# DeepSpeed picks its accelerator at import (DS_ACCELERATOR, else what it detects); on CPU its communication op is
+# compiled on first use unless it was built at install (or `make install-all` warmed the cache).
+_DEEPSPEED_PROBE = """
+import json, os, torch
+os.environ.setdefault("DS_ACCELERATOR", "cuda" if torch.cuda.is_available() else "cpu")
+from deepspeed.accelerator import get_accelerator
+from deepspeed.git_version_info import installed_ops
+from torch.utils.cpp_extension import _get_build_directory
+acc = get_accelerator()
+shm = installed_ops.get("deepspeed_shm_comm") or os.path.exists(
+    os.path.join(_get_build_directory("deepspeed_shm_comm", verbose=False), "deepspeed_shm_comm.so"))
+print(json.dumps({"accelerator": acc.device_name(), "backend": acc.communication_backend_name(),
+                  "prebuilt": sorted(k for k, v in installed_ops.items() if v), "shm": bool(shm)}))
+"""
+
+
 class DeepSpeedStrategy(Strategy, BackwardSyncControl):
     method = Method.DEEPSPEED
     options_type = DeepSpeedOptions
@@ -93,6 +110,20 @@ class DeepSpeedStrategy(Strategy, BackwardSyncControl):
         if not found:
             return Availability(False, "DeepSpeed is not installed", 'pip install "paratrain[deepspeed]"')
         return Availability.yes("DeepSpeed on " + ("GPU (nccl)" if torch.cuda.is_available() else "CPU (gloo)"))
+
+    @classmethod
+    def doctor_component(cls, timeout: float) -> Component:
+        version = dist_version("deepspeed")
+        if not version:
+            return Component("DeepSpeed", None, "not installed", 'pip install "paratrain[deepspeed]"')
+        info = probe(_DEEPSPEED_PROBE, timeout)
+        if "error" in info:
+            return Component("DeepSpeed", version, f"error: {info['error']}")
+        detail = (f"accelerator: {info['accelerator']} ({info['backend']}); ops built: "
+                  f"{', '.join(info['prebuilt']) or 'none (compiled on first use)'}")
+        if info["accelerator"] == "cpu":
+            detail += f"; CPU comm op {'compiled' if info['shm'] else 'compiles on the first run (~1 min)'}"
+        return Component("DeepSpeed", version, detail)
 
     @classmethod
     def script_env(cls, options, script) -> dict[str, str]:

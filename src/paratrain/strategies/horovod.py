@@ -22,6 +22,7 @@ from typing import Any, ClassVar, Literal
 import torch
 
 from paratrain.errors import ConfigError, LaunchError
+from paratrain.probes import Component, dist_version, probe
 from paratrain.strategies import _procgroup
 from paratrain.strategies.base import Availability, Method, Strategy, StrategyOptions
 
@@ -34,6 +35,20 @@ class HorovodOptions(StrategyOptions):
     op: Literal["average", "adasum"] = "average"  # Adasum: needs an MPI (CPU) or NCCL (GPU) build
 
     shorthands: ClassVar = {"fp16": {"compression": "fp16"}, "adasum": {"op": "adasum"}}
+
+
+# What `horovodrun --check-build` lists (frameworks, controllers, tensor operations), plus the torch (and TensorFlow)
+# it was built for. Only the torch binding is imported: the TensorFlow one would cost the import of TensorFlow.
+_HOROVOD_PROBE = """
+import json, importlib.resources as r, horovod.torch as hvd
+meta = json.loads(r.files("horovod").joinpath("metadata.json").read_text())
+built, tf = meta.get("pytorch"), meta.get("tensorflow")
+print(json.dumps({"tensorflow": tf if tf and tf != "none" else None,
+                  "controllers": [n for n, f in (("MPI", hvd.mpi_built), ("Gloo", hvd.gloo_built)) if f()],
+                  "ops": [n for n, f in (("NCCL", hvd.nccl_built), ("DDL", hvd.ddl_built), ("CCL", hvd.ccl_built),
+                                         ("MPI", hvd.mpi_built), ("Gloo", hvd.gloo_built)) if f()],
+                  "torch": built}))
+"""
 
 
 class HorovodStrategy(Strategy):
@@ -67,6 +82,26 @@ class HorovodStrategy(Strategy):
             return Availability(False, f"the installed Horovod was built for torch {built}, not {torch.__version__}",
                                 SETUP_FIX + " --force")
         return Availability.yes("Horovod on " + ("GPU (NCCL)" if torch.cuda.is_available() else "CPU (Gloo)"))
+
+    @classmethod
+    def doctor_component(cls, timeout: float) -> Component:
+        version = dist_version("horovod")
+        if not version:  # `pip install horovod` fails on current torch and CMake: paratrain builds a patched wheel
+            return Component("Horovod", None, "not installed", SETUP_FIX)
+        info = probe(_HOROVOD_PROBE, timeout)
+        if "error" in info:  # typically built for another torch: rebuilding for this one fixes it
+            return Component("Horovod", version, f"error: {info['error']}", SETUP_FIX + " --force")
+        frameworks = f"PyTorch (built for torch {info['torch']})"
+        tf_built, tf_here = info.get("tensorflow"), dist_version("tensorflow", "tensorflow-cpu")
+        if tf_built:
+            frameworks += f", TensorFlow/Keras (built for TensorFlow {tf_built})"
+        fix = ""
+        if tf_here and (tf_built or "").split("+")[0] != tf_here.split("+")[0]:  # Keras scripts would fail
+            frameworks += f"; no Keras binding for the installed TensorFlow {tf_here}"
+            fix = SETUP_FIX + " --force"
+        return Component("Horovod", version, f"frameworks: {frameworks}; "
+                                             f"controllers: {', '.join(info['controllers']) or 'none'}; "
+                                             f"tensor ops: {', '.join(info['ops']) or 'none'}", fix)
 
     @classmethod
     def check_launch(cls, options: StrategyOptions, train: Any, script: Any = None) -> dict[str, Any] | None:
