@@ -49,6 +49,49 @@ def peak_rss_bytes() -> int:
     return peak if sys.platform == "darwin" else peak * 1024  # Linux reports KiB
 
 
+# The peak memory a rank's training needed on a CPU: the process's RSS high-water mark, reset when the Session starts
+# (Linux: writing 5 to /proc/self/clear_refs), minus the RSS at that moment — so the interpreter, torch and the
+# script's imports (hundreds of MB, the same under every method) are not counted, and what the method, the model,
+# its optimizer and the activations added is. None where the mark cannot be reset.
+_rss_at_start: int | None = None
+
+
+def _status_bytes(field: str) -> int:
+    text = Path("/proc/self/status").read_text()
+    line = next(line for line in text.splitlines() if line.startswith(field + ":"))
+    return int(line.split()[1]) * 1024  # kB
+
+
+def start_peak_rss() -> None:
+    """Reset the RSS high-water mark and remember the RSS now: the Session's start."""
+    global _rss_at_start
+    try:
+        Path("/proc/self/clear_refs").write_text("5")
+        _rss_at_start = _status_bytes("VmRSS")
+    except (OSError, StopIteration, ValueError):
+        _rss_at_start = None
+
+
+def peak_rss_above_start() -> int | None:
+    """The high-water mark since :func:`start_peak_rss`, above the RSS then (None: not started, or no /proc)."""
+    if _rss_at_start is None:
+        return None
+    try:
+        return max(_status_bytes("VmHWM") - _rss_at_start, 0)
+    except (OSError, StopIteration, ValueError):
+        return None
+
+
+def peak_memory() -> dict[str, Any] | None:
+    """This rank's peak, for the job's last line: CUDA's max allocated where a GPU was used, else the RSS above the
+    Session's start; None when neither was measured (a script without a Session on a CPU)."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_initialized():
+        return {"kind": "cuda", "bytes": int(torch.cuda.max_memory_allocated())}
+    above = peak_rss_above_start()
+    return {"kind": "rss_above_start", "bytes": above} if above is not None else None
+
+
 class StepRecorder:
     def __init__(self, path: Path | None) -> None:
         self._file: IO[str] | None = path.open("a", buffering=1) if path else None
@@ -173,7 +216,8 @@ class StepRecorder:
         if self._profiler is not None:  # the script ended inside the profiled window: no breakdown
             self._profiler.__exit__(None, None, None)
             self._profiler = None
-        summary: dict[str, Any] = {"summary": True, "peak_rss_bytes": peak_rss_bytes(), "t": time.time()}
+        summary: dict[str, Any] = {"summary": True, "peak_rss_bytes": peak_rss_bytes(),
+                                   "peak_rss_above_start_bytes": peak_rss_above_start(), "t": time.time()}
         if device is not None and device.type == "cuda":
             import torch
 

@@ -23,7 +23,8 @@ from paratrain.errors import ConfigError, did_you_mean
 PRECISIONS = ("fp32", "bf16-mixed", "fp16-mixed", "bf16-true")
 FLAGS = {"precision": "--precision", "grad_clip": "--grad-clip", "compile": "--compile", "seed": "--seed",
          "grad_accum": "--grad-accum", "per_rank_batch": "--per-rank-batch",
-         "sync_batchnorm": "--sync-batchnorm/--no-sync-batchnorm"}
+         "sync_batchnorm": "--sync-batchnorm/--no-sync-batchnorm",
+         "activation_checkpointing": "--activation-checkpointing"}
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -35,7 +36,10 @@ class TrainOptions:
     leave them alone; the loader's shuffle then uses 0). ``grad_accum``: micro-batches per optimizer step.
     ``per_rank_batch``: read the loader's batch size as per rank instead of global. ``sync_batchnorm``: under
     multi-process methods on GPUs, BatchNorm layers become ``SyncBatchNorm`` (statistics over the global batch, as
-    one process computes them); False keeps per-rank statistics, which saves one all-reduce per layer per forward."""
+    one process computes them); False keeps per-rank statistics, which saves one all-reduce per layer per forward.
+    ``activation_checkpointing``: keep only each transformer block's input for backward (every element of an
+    ``nn.ModuleList``, the blocks fsdp shards one by one) and recompute the rest during backward — less activation
+    memory for one more forward per block, the same numbers."""
 
     precision: str = "fp32"
     grad_clip: float | None = None
@@ -44,6 +48,7 @@ class TrainOptions:
     grad_accum: int = 1
     per_rank_batch: bool = False
     sync_batchnorm: bool = True
+    activation_checkpointing: bool = False
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
@@ -61,7 +66,7 @@ class TrainOptions:
             raise ConfigError(f"seed={self.seed!r} must be an integer between 0 and 2**32-1")
         if isinstance(self.grad_accum, bool) or not isinstance(self.grad_accum, int) or self.grad_accum < 1:
             raise ConfigError(f"grad_accum={self.grad_accum} must be 1 or more")
-        for name in ("per_rank_batch", "sync_batchnorm"):
+        for name in ("per_rank_batch", "sync_batchnorm", "activation_checkpointing"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name}={getattr(self, name)!r} must be true or false")
 

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 import torch
 
-from paratrain import batchnorm, checkpoint, distenv, evaluation, fastpath, metrics
+from paratrain import batchnorm, blocks, checkpoint, distenv, evaluation, fastpath, metrics
 from paratrain import options as train_options
 from paratrain import precision as amp
 from paratrain.console import notice, user_print
@@ -57,14 +57,17 @@ class Session:
         grad_accum: int | None = None,
         per_rank_batch: bool | None = None,
         sync_batchnorm: bool | None = None,
+        activation_checkpointing: bool | None = None,
         checkpoint_dir: str | None = None,
         checkpoint_every: int | None = None,
         keep: int | None = None,
     ) -> None:
         _install_failure_hook()
+        metrics.start_peak_rss()  # this rank's peak memory is counted from here (metrics.peak_memory)
         self.options = train_options.resolve(
             {"precision": precision, "grad_clip": grad_clip, "compile": compile, "seed": seed,
-             "grad_accum": grad_accum, "per_rank_batch": per_rank_batch, "sync_batchnorm": sync_batchnorm},
+             "grad_accum": grad_accum, "per_rank_batch": per_rank_batch, "sync_batchnorm": sync_batchnorm,
+             "activation_checkpointing": activation_checkpointing},
             train_options.from_env())
         self._hooks = RunHooks.from_environ()  # what compare asks of a measured run (paratrain.run_hooks)
         if self._hooks.accum_split > 1:
@@ -162,6 +165,9 @@ class Session:
                                   training=optimizer is not None)
         if opts.precision == "bf16-true":
             model = model.to(torch.bfloat16)  # in place: the optimizer's parameters are the same objects
+        if opts.activation_checkpointing and optimizer is not None:  # before any wrapper: hooks on the user's blocks
+            count = blocks.checkpoint_activations(model)
+            notice(f"activation checkpointing: {count} block(s) keep only their inputs for backward")
         with self._progress.phase("session.prepare"):
             self._strategy.precision = opts.precision
             self._strategy.train = opts

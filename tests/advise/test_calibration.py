@@ -55,6 +55,31 @@ def test_activation_formula_matches_what_autograd_saves(width, depth, batch):
     assert abs(predicted - saved) / saved < 0.10, (predicted, saved)
 
 
+@pytest.mark.parametrize("checkpointing", [False, True], ids=["stored", "checkpointed"])
+@pytest.mark.parametrize(("width", "depth", "batch"), [(128, 4, 16), (256, 6, 8)])
+def test_peak_activation_memory_is_what_advise_predicts(width, depth, batch, checkpointing):
+    """The peak a real step allocates (torch's profiler), with and without the Session's activation checkpointing,
+    against advise's activation model: within 10 %."""
+    from paratrain.blocks import checkpoint_activations
+    from paratrain.workloads.gpt import build
+    from tests.helpers.memory import step_peak_bytes
+
+    built = build(width, depth)
+    if checkpointing:
+        checkpoint_activations(built.model)
+    x = torch.stack([built.train[i][0] for i in range(batch)])
+    y = torch.stack([built.train[i][1] for i in range(batch)])
+
+    def step() -> None:
+        built.loss_fn(built.model(x), y).backward()
+
+    step()  # the gradients exist from here on: the measured peak is the activations'
+    measured = step_peak_bytes(step)
+    arch = models.from_bundled("gpt", width, depth).transformer
+    predicted = activations.activation_bytes(arch, batch, 4, checkpointing=checkpointing)
+    assert abs(predicted - measured) / measured < 0.10, (predicted, measured)
+
+
 def test_history_measurements_are_found_for_the_same_model(compared):
     results, db = compared
     spec = models.from_bundled("gpt", WIDTH, DEPTH)

@@ -6,15 +6,10 @@ from tests.helpers.launch import EXAMPLES, check, paratrain
 pytestmark = pytest.mark.multiprocess
 
 
-@pytest.mark.parametrize("nproc", [1, 2, 4])
-@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
-def test_ddp_matches_handwritten(tmp_path, reference, optimizer, nproc):
-    run = train("ddp", nproc, tmp_path, optimizer)
-    assert_equivalent(reference(optimizer), run)
-
-
-def test_grad_accumulation_matches_full_batch(tmp_path, reference):
-    run = train("ddp", 2, tmp_path, "sgd", 200, "--grad-accum", "2")
+# ×2 with AdamW, accumulation, an uneven last batch and a resumed checkpoint: tests/strategies/test_conformance.py
+@pytest.mark.parametrize("nproc", [1, 4])
+def test_ddp_matches_handwritten_at_other_world_sizes(tmp_path, reference, nproc):
+    run = train("ddp", nproc, tmp_path, "sgd")
     assert_equivalent(reference("sgd"), run)
 
 
@@ -24,7 +19,7 @@ def test_seeded_shuffle_is_identical_across_world_sizes(tmp_path):
     assert_equivalent(one, two)
 
 
-@pytest.mark.parametrize(("nproc", "samples"), [(2, 37), (4, 34)])
+@pytest.mark.parametrize(("nproc", "samples"), [(4, 34)])
 def test_uneven_last_batch_does_not_hang_and_keeps_the_math(tmp_path, reference, nproc, samples):
     # 37 % 8 = 5 -> chunks of 3 and 2; 34 % 8 = 2 -> two of four ranks get a zero-weight padding sample.
     run = train("ddp", nproc, tmp_path, "sgd", 40, "--samples", str(samples), "--batch-size", "8")

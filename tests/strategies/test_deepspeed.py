@@ -18,15 +18,11 @@ if os.environ.get("CI") != "true":  # in CI it must be there (make test installs
 SCRIPTS = ROOT / "tests" / "helpers" / "scripts"
 
 
-@pytest.mark.parametrize("stage", [0, 1, 2, 3])
-def test_zero_stages_match_one_process_with_sgd(tmp_path, reference, stage):
-    run = train(f"deepspeed:zero{stage}", 2, tmp_path, "sgd")
+# ZeRO 1-3 ×2 with AdamW, accumulation, an uneven last batch and a resumed checkpoint: tests/strategies/
+# test_conformance.py (compare's default cells). Stage 0 is not among them.
+def test_zero0_matches_one_process_with_sgd(tmp_path, reference):
+    run = train("deepspeed:zero0", 2, tmp_path, "sgd")
     assert_equivalent(reference("sgd"), run)
-
-
-def test_zero2_with_adamw_and_accumulation_matches(tmp_path, reference):
-    run = train("deepspeed:zero2", 2, tmp_path, "adamw", 200, "--grad-accum", "2")
-    assert_equivalent(reference("adamw"), run)
 
 
 def test_zero3_with_everything_offloaded_matches(tmp_path, reference):

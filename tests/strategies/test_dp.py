@@ -1,15 +1,8 @@
 import pytest
 
-from tests.helpers.equivalence import assert_equivalent, train
 from tests.helpers.launch import SESSION_TRAIN, check, paratrain
 
 pytestmark = pytest.mark.multiprocess
-
-
-@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
-def test_dp_matches_handwritten(tmp_path, reference, optimizer):
-    run = train("dp", 1, tmp_path, optimizer)
-    assert_equivalent(reference(optimizer), run)
 
 
 def test_dp_without_gpus_says_so_once(tmp_path):

@@ -6,21 +6,16 @@ from tests.helpers.launch import SESSION_TRAIN, paratrain
 pytestmark = pytest.mark.multiprocess
 
 
-@pytest.mark.parametrize("nproc", [1, 2, 4])
-@pytest.mark.parametrize("optimizer", ["sgd", "adamw"])
-def test_fsdp_matches_handwritten(tmp_path, reference, optimizer, nproc):
-    run = train("fsdp", nproc, tmp_path, optimizer)
-    assert_equivalent(reference(optimizer), run)
+# ×2 with AdamW, accumulation, an uneven last batch and a resumed checkpoint: tests/strategies/test_conformance.py
+@pytest.mark.parametrize("nproc", [1, 4])
+def test_fsdp_matches_handwritten_at_other_world_sizes(tmp_path, reference, nproc):
+    run = train("fsdp", nproc, tmp_path, "sgd")
+    assert_equivalent(reference("sgd"), run)
 
 
 @pytest.mark.parametrize("shard", ["grad_op", "none"])
 def test_fsdp_shard_modes_match(tmp_path, reference, shard):
     run = train(f"fsdp:shard={shard}", 2, tmp_path, "adamw")
-    assert_equivalent(reference("adamw"), run)
-
-
-def test_fsdp_grad_accumulation_matches(tmp_path, reference):
-    run = train("fsdp", 2, tmp_path, "adamw", 200, "--grad-accum", "2")
     assert_equivalent(reference("adamw"), run)
 
 

@@ -7,7 +7,6 @@ import json
 
 import pytest
 
-from tests.helpers.equivalence import assert_equivalent, train
 from tests.helpers.launch import ROOT, SESSION_TRAIN, check, paratrain, worker_env
 
 pytestmark = pytest.mark.multiprocess
@@ -32,12 +31,7 @@ def test_a_missing_plugin_is_one_line():
     assert "PARATRAIN_PLUGINS names no_such_plugin_module" in proc.stderr
 
 
-@pytest.mark.parametrize("extra", [(), ("--grad-accum", "2")], ids=["plain", "grad-accum"])
-def test_it_trains_the_single_process_numbers(tmp_path, reference, extra):
-    run = train("toy", 2, tmp_path, "sgd", 100, *extra, env=PLUGIN)
-    assert_equivalent(reference("sgd", steps=100), run)
-
-
+# Its training numbers, accumulation and checkpoints: the conformance suite (test_conformance.py) runs it.
 def test_compare_measures_it_and_checks_its_equivalence(tmp_path):
     check(paratrain("compare", "-w", "mlp", "-s", "single,toy", "-n", "2", "--steps", "20", "--warmup", "2",
                     "--out", str(tmp_path / "out"), "--db", str(tmp_path / "h.db"), "--json", env=PLUGIN,
@@ -46,3 +40,4 @@ def test_compare_measures_it_and_checks_its_equivalence(tmp_path):
     toy = next(c for c in results["cells"] if c["strategy"] == "toy")
     assert toy["status"] == "ok", toy
     assert toy["equivalence"] == "exact", toy["equivalence_reason"]
+    assert toy["peak_mem_kind"] == "rss_above_start" and all(b > 0 for b in toy["peak_mem_bytes"])

@@ -56,6 +56,7 @@ class CompareSettings:
     width: int | None = None  # bundled workload size: hidden size (mlp) / model dimension (gpt)
     depth: int | None = None  # transformer blocks (gpt)
     precision: str | None = None  # a training option for every cell (paratrain run --precision); None: fp32
+    activation_checkpointing: bool = False  # every torch cell with --activation-checkpointing
 
 
     def __post_init__(self) -> None:
@@ -144,9 +145,12 @@ def _config_file() -> Path | None:
 
 
 def _run_flags(settings: CompareSettings) -> list[str]:
-    """`paratrain run` flags every cell gets: the precision; for a user's script, weak scaling through the per-rank
-    batch, and the paratrain.toml of the folder compare was started from (cells run elsewhere)."""
+    """`paratrain run` flags every cell gets: the precision and activation checkpointing; for a user's script, weak
+    scaling through the per-rank batch, and the paratrain.toml of the folder compare was started from (cells run
+    elsewhere)."""
     flags = ["--precision", settings.precision] if settings.precision else []
+    if settings.activation_checkpointing:
+        flags.append("--activation-checkpointing")
     if settings.script:
         if settings.scaling == "weak":
             flags += ["--per-rank-batch"]
@@ -361,6 +365,7 @@ def _settings_dict(settings: CompareSettings, workload: Workload | None) -> dict
         "global_batch": workload.global_batch if workload else None,
         "tokens_per_sample": workload.tokens_per_sample if workload else None,
         "width": settings.width, "depth": settings.depth, "precision": settings.precision or "fp32",
+        "activation_checkpointing": settings.activation_checkpointing,
     }
 
 

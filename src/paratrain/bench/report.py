@@ -134,6 +134,20 @@ def _efficiency_footnotes(results: dict[str, Any]) -> list[str]:
             for c in ranked(results) if c.get("scaling_efficiency_note")]
 
 
+MEMORY_MEANS = {
+    "cuda": "CUDA's max allocated",
+    "rss_above_start": "the RSS high-water mark above each rank's Session start (the method, model, optimizer "
+                       "state and activations; the interpreter and its imports left out)",
+    "rss": "the whole process's RSS high-water mark, imports included",
+}
+
+
+def _memory_footnote(results: dict[str, Any]) -> list[str]:
+    """What "peak mem/rank" measured, for the kinds in this run (it differs between GPUs, CPUs and Keras cells)."""
+    kinds = sorted({c.get("peak_mem_kind") or "rss" for c in results["cells"] if c.get("peak_mem_bytes")})
+    return [f"peak mem/rank: {'; '.join(f'{k}: {MEMORY_MEANS.get(k, k)}' for k in kinds)}."] if kinds else []
+
+
 EFF_COLUMN = COLUMNS.index("scaling eff")
 
 
@@ -142,7 +156,7 @@ def results_table(results: dict[str, Any]) -> Table:
     efficiencies in yellow with their reasons in the caption."""
     note_efficiencies(results)
     winner, ref = _winner_key(results), results.get("reference")
-    caption = "\n".join([_caption(results), *_efficiency_footnotes(results)])
+    caption = "\n".join([_caption(results), *_efficiency_footnotes(results), *_memory_footnote(results)])
     table = Table(title=f"paratrain compare — {escape(str(results.get('id', '')))}", title_justify="left",
                   caption=escape(caption), caption_justify="left", header_style="bold")
     for name in COLUMNS:
@@ -174,7 +188,7 @@ def results_markdown(results: dict[str, Any]) -> str:
         word, why = _status(cell)
         cols.append(word + (f": {why}" if why else ""))
         out.append(_md_row(cols))
-    notes = "".join(f"\n\n{line}" for line in _efficiency_footnotes(results))
+    notes = "".join(f"\n\n{line}" for line in [*_efficiency_footnotes(results), *_memory_footnote(results)])
     return "\n".join(out) + f"\n\n{_caption(results)}{notes}\n"
 
 

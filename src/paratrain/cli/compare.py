@@ -126,6 +126,9 @@ def compare(
                               "width=64,128,256: a report per size, and where the winner changes."),
     precision: str = typer.Option(None, "--precision",
                                   help="Every cell in fp32 (default), bf16-mixed, fp16-mixed (GPU) or bf16-true."),
+    activation_checkpointing: bool = typer.Option(
+        False, "--activation-checkpointing",
+        help="Every torch cell keeps only its transformer blocks' inputs for backward (gpt, or a script with blocks)."),
     out_dir: str = typer.Option(None, "--out", help="Output folder (default runs/compare-<workload>-<time>/)."),
     db: str = typer.Option(None, "--db", help="History database (default ~/.paratrain/history.db or $PARATRAIN_HOME)."),
     json_out: bool = typer.Option(False, "--json", help="Print only the results JSON (no live table)."),
@@ -164,7 +167,8 @@ def compare(
                                    script_args=shlex.split(script_args), strategies=specs,
                                    nproc=_parse_nproc(nproc) if nproc else default_nproc(),
                                    steps=steps, warmup=warmup, repeat=repeat, scaling=scaling, timeout=timeout,
-                                   width=size["width"], depth=size["depth"], precision=precision)
+                                   width=size["width"], depth=size["depth"], precision=precision,
+                                   activation_checkpointing=activation_checkpointing)
         if sweep_root is not None:
             folder = sweep_root / f"{sweep_key}-{value}"
         else:

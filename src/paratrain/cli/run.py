@@ -83,6 +83,10 @@ def run(
                                         help="BatchNorm → SyncBatchNorm under multi-process methods on GPUs "
                                              "(default on: the statistics of one process; off saves an all-reduce "
                                              "per layer per forward)."),
+    activation_checkpointing: bool = typer.Option(
+        None, "--activation-checkpointing/--no-activation-checkpointing",
+        help="Keep only each transformer block's input for backward and recompute the rest: less activation "
+             "memory, one more forward per block, the same numbers (blocks: the elements of an nn.ModuleList)."),
     verbose: bool = typer.Option(None, "--verbose", "-v", help="Show torchrun's own logging."),
 ) -> Callable[[], int] | None:
     from paratrain.errors import ConfigError
@@ -97,7 +101,7 @@ def run(
              "checkpoint_every": checkpoint_every, "keep": keep, "threads": threads, "verbose": verbose,
              "precision": precision, "grad_clip": grad_clip, "compile": compile_model, "seed": seed,
              "grad_accum": grad_accum, "per_rank_batch": per_rank_batch, "sync_batchnorm": sync_batchnorm,
-             "script": script, "args": list(args or [])}
+             "activation_checkpointing": activation_checkpointing, "script": script, "args": list(args or [])}
     values = {**cluster.defaults(os.environ), **load_config(config)}  # the scheduler's < paratrain.toml < flags
     settings = merge(values, flags)
     _note_flags_after_script(settings.script, settings.args)

@@ -45,6 +45,7 @@ class RunConfig:
     grad_accum: int | None = None
     per_rank_batch: bool | None = None
     sync_batchnorm: bool | None = None
+    activation_checkpointing: bool | None = None
     verbose: bool = False
     script: str = ""
     args: list[str] = field(default_factory=list)

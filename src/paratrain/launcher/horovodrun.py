@@ -212,7 +212,7 @@ class Horovodrun:
         run(plan, notes)
 
     def ran_line(self, plan: LaunchPlan, done: Mapping[int, dict], spec: str, elapsed: float) -> str:
-        return job.processes_line(plan, spec, elapsed)
+        return job.processes_line(plan, done, spec, elapsed)
 
     def never_joined(self) -> str:
         return "joined Horovod (no paratrain.Session, no hvd.init())"

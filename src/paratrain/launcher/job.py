@@ -166,10 +166,28 @@ def count(n: int, one: str, many: str | None = None) -> str:
     return f"{n} {one if n == 1 else (many or one + 's')}"
 
 
-def processes_line(plan: LaunchPlan, spec: str, elapsed: float) -> str:
-    """``ddp × 2 processes (CPU) finished in 3.1 s``: what a torch launch ran."""
+def processes_line(plan: LaunchPlan, done: Mapping[int, dict], spec: str, elapsed: float) -> str:
+    """``ddp × 2 processes (CPU) finished in 3.1 s; peak memory per rank 41–42 MiB (RSS above the Session's
+    start)``: what a torch launch ran, and the memory each rank's training needed, as the ranks measured it."""
     where = "GPU" if gpu_count() else "CPU"
-    return f"{spec} × {count(plan.world_size, 'process', 'processes')} ({where}) finished in {elapsed:.1f} s"
+    line = f"{spec} × {count(plan.world_size, 'process', 'processes')} ({where}) finished in {elapsed:.1f} s"
+    return line + memory_note(done, plan.nproc)
+
+
+MEMORY_KINDS = {"cuda": "CUDA max allocated", "rss_above_start": "RSS above the Session's start"}
+
+
+def memory_note(done: Mapping[int, dict], nproc: int) -> str:
+    """``; peak memory per rank 41 MiB (…)`` when every local rank reported one of the same kind, else nothing."""
+    peaks = [p for d in done.values() if isinstance(p := d.get("peak_mem"), dict)]
+    if len(peaks) != nproc or len(done) != nproc:
+        return ""
+    kinds = {p["kind"] for p in peaks}
+    if len(kinds) != 1 or (kind := kinds.pop()) not in MEMORY_KINDS:
+        return ""
+    low, high = (round(f(p["bytes"] for p in peaks) / 2**20) for f in (min, max))
+    shown = f"{low} MiB" if low == high else f"{low}–{high} MiB"
+    return f"; peak memory per rank {shown} ({MEMORY_KINDS[kind]})"
 
 
 def gpu_count() -> int:

@@ -116,7 +116,7 @@ class Local:
                               exit_code=notes_.exit_code(code))
 
     def ran_line(self, plan: LaunchPlan, done: Mapping[int, dict], spec: str, elapsed: float) -> str:
-        return job.processes_line(plan, spec, elapsed)
+        return job.processes_line(plan, done, spec, elapsed)
 
     def never_joined(self) -> str:
         return "ran as one process"

@@ -10,6 +10,7 @@ workers reported it — or that N independent copies ran because the script neve
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import time
 from pathlib import Path
@@ -98,17 +99,23 @@ def execute(plan: LaunchPlan) -> int:
                "oversubscribed — they take turns on the cores, and step times will show it")
     os.environ.update(plan.env)
     backend = plan.backend
-    with tempfile.TemporaryDirectory(prefix="paratrain-notes-") as notes:
-        os.environ[FAILURES_VAR] = notes
+    # A folder removed in `finally`, not a TemporaryDirectory: its clean-up is a finalizer that also runs at exit,
+    # and the one-process methods' fork runs the inherited exit handlers — it removed the folder, and the notes
+    # in it, before this process could read them.
+    notes = Path(tempfile.mkdtemp(prefix="paratrain-notes-"))
+    try:
+        os.environ[FAILURES_VAR] = str(notes)
         try:
-            backend.run(plan, Path(notes))
+            backend.run(plan, notes)
         finally:
             os.environ.pop(FAILURES_VAR, None)
         # N trainings that each saw all the data and wrote the same files, which "ddp × 2 processes finished"
         # would misreport as one parallel job.
-        copies = backend.starts_workers and plan.world_size > 1 and notes_.never_joined(Path(notes), plan.nproc)
-        done = notes_.by_rank(Path(notes), "done")
-        ran = plan.method_cls.ran_as(plan.config.strategy, Path(notes)) if plan.method_cls and not copies else None
+        copies = backend.starts_workers and plan.world_size > 1 and notes_.never_joined(notes, plan.nproc)
+        done = notes_.by_rank(notes, "done")
+        ran = plan.method_cls.ran_as(plan.config.strategy, notes) if plan.method_cls and not copies else None
+    finally:
+        shutil.rmtree(notes, ignore_errors=True)
     elapsed = time.time() - _process_start()
     if copies:
         notice(f"{plan.world_size} independent copies of {Path(plan.config.script).name} ran ({elapsed:.1f} s), not "

@@ -67,7 +67,7 @@ class Torchrun:
         _run_torchrun(plan, notes)
 
     def ran_line(self, plan: LaunchPlan, done: Mapping[int, dict], spec: str, elapsed: float) -> str:
-        return job.processes_line(plan, spec, elapsed)
+        return job.processes_line(plan, done, spec, elapsed)
 
     def never_joined(self) -> str:
         return "joined a process group (no paratrain.Session, no init_process_group)"

@@ -55,6 +55,13 @@ from paratrain.launcher import notes as notes_
 from paratrain.launcher import tf_import, tf_setup, torch_import
 
 
+def _peak_memory() -> dict | None:
+    """This rank's peak memory (paratrain.metrics), for the job's last line; only if the Session's module is
+    already loaded — the done note imports nothing new."""
+    metrics = sys.modules.get("paratrain.metrics")
+    return metrics.peak_memory() if metrics is not None else None
+
+
 def _tensorflow_method(name: str | None) -> bool:
     """Is ``name`` a method whose scripts are Keras ones (the registry says; no TensorFlow, no torch imported)?"""
     if not name:
@@ -188,7 +195,8 @@ def _wind_down(code: int) -> int:
     """Leave as the interpreter would, minus finalization (where gloo can abort a process whose work is done)."""
     if code == 0:  # with the strategy a TensorFlow script ran under, when it imported TensorFlow (tf_setup)
         strategy = tf_setup.report()
-        note("done", {**strategy, "joined": _joined_its_job() or bool(strategy.get("multi_worker"))})
+        note("done", {**strategy, "joined": _joined_its_job() or bool(strategy.get("multi_worker")),
+                      "peak_mem": _peak_memory()})
     with contextlib.suppress(Exception):
         _join_threads()
     atexit._run_exitfuncs()  # the script's handlers and the Session's close(), in the usual order

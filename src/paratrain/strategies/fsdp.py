@@ -14,6 +14,7 @@ from typing import Any, ClassVar, Literal
 import torch
 import torch.distributed as dist
 
+from paratrain.blocks import transformer_blocks
 from paratrain.errors import ConfigError
 from paratrain.strategies import _procgroup
 from paratrain.strategies.base import Availability, BackwardSyncControl, Method, Strategy, StrategyOptions
@@ -84,11 +85,8 @@ class FSDPStrategy(Strategy, BackwardSyncControl):
         kwargs = {"mesh": self._mesh(), "reshard_after_forward": self.options.shard == "full"}
         if self.options.offload == "cpu":
             kwargs["offload_policy"] = CPUOffloadPolicy()
-        for module in model.modules():
-            if isinstance(module, torch.nn.ModuleList):
-                for block in module:
-                    if any(True for _ in block.parameters()):
-                        fully_shard(block, **kwargs)
+        for block in transformer_blocks(model):
+            fully_shard(block, **kwargs)
         fully_shard(model, **kwargs)
         set_model_state_dict(model, initial,
                              options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
