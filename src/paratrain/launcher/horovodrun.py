@@ -13,7 +13,6 @@ import os
 import re
 import signal
 import sys
-from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -182,9 +181,10 @@ def _failure(text: str, notes: Path) -> LaunchError:
                        hint="--start-timeout is --rendezvous-timeout here; `paratrain doctor` checks the install")
 
 
-class Horovodrun:
+class Horovodrun(job.ModuleLauncher):
     name = "horovodrun"
-    starts_workers = True
+    module = "horovod.runner.launch"
+    joined_what = "Horovod (no paratrain.Session, no hvd.init())"
 
     def plan(self, launch: Launch) -> LaunchPlan:
         from paratrain.distenv import NPROC_VAR
@@ -205,17 +205,8 @@ class Horovodrun:
         return LaunchPlan(config, launch.spec, self.name, nproc, env, args, threads, launch.details,
                           launch.method_cls)
 
-    def shell_line(self, plan: LaunchPlan) -> str:
-        return job.module_line(plan, "horovod.runner.launch")
-
     def run(self, plan: LaunchPlan, notes: Path) -> None:
         run(plan, notes)
-
-    def ran_line(self, plan: LaunchPlan, done: Mapping[int, dict], spec: str, elapsed: float) -> str:
-        return job.processes_line(plan, done, spec, elapsed)
-
-    def never_joined(self) -> str:
-        return "joined Horovod (no paratrain.Session, no hvd.init())"
 
 
 BACKEND = Horovodrun()

@@ -109,6 +109,26 @@ class Backend(Protocol):
         """How a script that never joined this backend's job is described ("joined a process group (…)")."""
 
 
+class ModuleLauncher:
+    """What a launcher that is a Python module's main, one process per rank (torchrun, horovodrun), shares: its
+    shell line, the processes line at the end, and the wording for a script that never joined its job. A subclass
+    gives ``name``, ``module``, ``joined_what`` and implements ``plan`` and ``run``."""
+
+    name: str
+    module: str  # what `python -m` runs
+    joined_what: str  # "a process group (no paratrain.Session, no init_process_group)"
+    starts_workers = True
+
+    def shell_line(self, plan: LaunchPlan) -> str:
+        return module_line(plan, self.module)
+
+    def ran_line(self, plan: LaunchPlan, done: Mapping[int, dict], spec: str, elapsed: float) -> str:
+        return processes_line(plan, done, spec, elapsed)
+
+    def never_joined(self) -> str:
+        return f"joined {self.joined_what}"
+
+
 # name -> "module:attribute" (a Backend instance), imported on first use: a worker never imports a launcher.
 BACKENDS: dict[str, str] = {
     "local": "paratrain.launcher.local:BACKEND",

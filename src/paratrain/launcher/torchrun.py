@@ -9,7 +9,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-from collections.abc import Mapping
 from pathlib import Path
 
 from paratrain.errors import LaunchError
@@ -22,9 +21,10 @@ from paratrain.launcher.threads import choose_threads
 from paratrain.launcher.watchdog import Watchdog, explain_timeout
 
 
-class Torchrun:
+class Torchrun(job.ModuleLauncher):
     name = "torchrun"
-    starts_workers = True
+    module = "torch.distributed.run"
+    joined_what = "a process group (no paratrain.Session, no init_process_group)"
 
     def plan(self, launch: Launch) -> LaunchPlan:
         from paratrain.distenv import NPROC_VAR
@@ -60,17 +60,8 @@ class Torchrun:
         return LaunchPlan(config, launch.spec, self.name, nproc, env, argv, threads, launch.details,
                           launch.method_cls)
 
-    def shell_line(self, plan: LaunchPlan) -> str:
-        return job.module_line(plan, "torch.distributed.run")
-
     def run(self, plan: LaunchPlan, notes: Path) -> None:
         _run_torchrun(plan, notes)
-
-    def ran_line(self, plan: LaunchPlan, done: Mapping[int, dict], spec: str, elapsed: float) -> str:
-        return job.processes_line(plan, done, spec, elapsed)
-
-    def never_joined(self) -> str:
-        return "joined a process group (no paratrain.Session, no init_process_group)"
 
 
 BACKEND = Torchrun()
