@@ -123,6 +123,24 @@ def _gloo_check_in_process() -> Any:
         launch.gloo_built = original
 
 
+def _quiet_resource_tracker() -> None:
+    """Start multiprocessing's resource tracker (if it is not running yet) with its own warnings ignored.
+
+    horovodrun's in-process runner leaves a multiprocessing semaphore behind now and then; the tracker frees it when
+    the launcher exits, but first warns about it ("There appear to be 1 leaked semaphore objects…") from its own
+    process — after the job's last line, so the last thing the user saw was a warning about Horovod's internals.
+    The tracker takes its warning filters from this interpreter's ``-W`` options when it starts; the user's own
+    warnings and the workers' are untouched."""
+    from multiprocessing import resource_tracker
+
+    saved = list(sys.warnoptions)
+    sys.warnoptions.append("ignore::UserWarning:multiprocessing.resource_tracker")
+    try:
+        resource_tracker.ensure_running()
+    finally:
+        sys.warnoptions[:] = saved
+
+
 def run(plan: LaunchPlan, notes: Path) -> None:
     from horovod.runner import gloo_run, launch
 
@@ -136,6 +154,7 @@ def run(plan: LaunchPlan, notes: Path) -> None:
     try:
         sys.argv = ["horovodrun", *plan.argv]
         args = launch.parse_args()  # horovodrun's parser reads sys.argv
+        _quiet_resource_tracker()
         with watchdog, _closing_rendezvous(), _gloo_check_in_process():
             launch._run(args)
         # Workers stopped by horovodrun on a signal can all report success (they leave quietly on its SIGTERM)
