@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from paratrain.distenv import CHECKPOINT_DIR_VAR, CHECKPOINT_EVERY_VAR, METRICS_VAR
-from paratrain.metrics import peak_rss_bytes
+from paratrain.metrics import peak_rss_above_start, peak_rss_bytes
 from paratrain.run_hooks import RunHooks
 from paratrain.tf import strategy as strategies
 
@@ -128,7 +128,8 @@ def _recorder_class() -> type:
 
         def on_train_end(self, logs: Any = None) -> None:
             self._flush(self._mean)
-            self._write({"summary": True, "peak_rss_bytes": peak_rss_bytes(), "t": time.time()})
+            self._write({"summary": True, "peak_rss_bytes": peak_rss_bytes(),
+                         "peak_rss_above_start_bytes": peak_rss_above_start(), "t": time.time()})
             self._file.close()
 
     return StepRecorder

@@ -94,6 +94,10 @@ def strategy() -> Any:
         return _built
     import tensorflow as tf
 
+    from paratrain.metrics import start_peak_rss
+
+    start_peak_rss()  # this worker's peak memory is counted from here, as from a torch script's Session()
+
     if os.environ.get("TF_CPP_MIN_LOG_LEVEL", "0") >= "2":  # the launcher's quiet default: Python's warnings too
         tf.get_logger().setLevel("ERROR")
     threads = os.environ.get("TF_NUM_INTRAOP_THREADS", "")
