@@ -10,6 +10,7 @@ import torch
 
 import paratrain as pt
 from paratrain import options
+from paratrain.distenv import TRAIN_VAR
 from paratrain.errors import ConfigError
 from tests.helpers.launch import ROOT, SESSION_TRAIN, check, paratrain
 from tests.helpers.requirements import requires
@@ -138,15 +139,42 @@ def test_fsdp_mixed_precision_option_points_to_the_training_option():
         registry.resolve("fsdp:mixed_precision=bf16")
 
 
-def test_every_training_option_is_a_session_argument_and_a_flag():
-    """Declared once in TrainOptions (paratrain.launch takes them as **options, checked against it); an option
-    missing from one entry point (sync_batchnorm once was missing from Session()) fails here."""
+# A value other than the default for every option: a new TrainOptions field must be added here, and then reaches the
+# workers from a flag and from paratrain.toml, and is a Session() keyword, without being written anywhere else.
+NOT_DEFAULT = {"precision": "bf16-mixed", "grad_clip": 0.5, "compile": True, "seed": 7, "grad_accum": 3,
+               "per_rank_batch": True, "sync_batchnorm": False, "activation_checkpointing": True}
+
+
+def _as_flags(values: dict) -> list[str]:
+    out = []
+    for name, value in values.items():
+        on, _, off = options.FLAGS[name].partition("/")
+        out += [on if value else off] if isinstance(value, bool) else [on, str(value)]
+    return out
+
+
+def test_every_training_option_reaches_the_workers_from_a_flag_the_file_and_session(tmp_path):
+    """Declared once in TrainOptions; the flags, the file's keys and Session's keywords are made from it (an option
+    once reached the file but not Session())."""
     import inspect
 
-    from paratrain.launcher.config import RunConfig
+    from paratrain.launcher.config import load_config, merge
 
-    session_args = set(inspect.signature(pt.Session).parameters)
-    config_fields = set(RunConfig.__dataclass_fields__)
-    for name in options.FIELDS:
-        assert name in session_args, f"Session() lacks {name}"
-        assert name in config_fields and name in options.FLAGS, f"paratrain run lacks {name}"
+    assert set(NOT_DEFAULT) == set(options.FIELDS)
+    defaults = options.TrainOptions()
+    assert all(getattr(defaults, k) != v for k, v in NOT_DEFAULT.items())
+
+    plan = json.loads(check(paratrain("run", "-s", "ddp", "-n", "2", "--dry-run", "--json", *_as_flags(NOT_DEFAULT),
+                                      str(SESSION_TRAIN))).stdout)
+    assert {k: plan["config"][k] for k in NOT_DEFAULT} == NOT_DEFAULT
+    assert json.loads(plan["env"][TRAIN_VAR]) == NOT_DEFAULT
+
+    toml = tmp_path / "paratrain.toml"
+    toml.write_text("".join(f"{k} = {json.dumps(v)}\n" for k, v in NOT_DEFAULT.items()))
+    assert merge(load_config(str(toml)), {}).train_options() == NOT_DEFAULT
+
+    params = inspect.signature(pt.Session).parameters
+    assert all(params[name].default is None and params[name].kind is inspect.Parameter.KEYWORD_ONLY
+               for name in NOT_DEFAULT)
+    with pytest.raises(ConfigError, match=r'unknown training option "grad_acum".*grad_accum'):
+        pt.Session("single", grad_acum=2)

@@ -10,10 +10,11 @@ the workers in one environment variable, and a value the script sets differently
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,34 +22,45 @@ from paratrain.distenv import TRAIN_VAR
 from paratrain.errors import ConfigError, did_you_mean
 
 PRECISIONS = ("fp32", "bf16-mixed", "fp16-mixed", "bf16-true")
-FLAGS = {"precision": "--precision", "grad_clip": "--grad-clip", "compile": "--compile", "seed": "--seed",
-         "grad_accum": "--grad-accum", "per_rank_batch": "--per-rank-batch",
-         "sync_batchnorm": "--sync-batchnorm/--no-sync-batchnorm",
-         "activation_checkpointing": "--activation-checkpointing"}
+
+
+def _option(default: Any, flag: str, help: str) -> Any:
+    """A field with the ``paratrain run`` flag that sets it and the one sentence that explains it — the only place
+    either is written: the CLI's flags, ``paratrain.toml``'s keys, ``Session(...)``'s arguments and this class's
+    docs are all made from these fields."""
+    return dataclasses.field(default=default, metadata={"flag": flag, "help": help})
 
 
 @dataclass(frozen=True, kw_only=True)
 class TrainOptions:
-    """``precision``: fp32 | bf16-mixed (autocast, or FSDP's mixed-precision policy) | fp16-mixed (autocast + a
-    gradient scaler; GPUs only) | bf16-true (the model itself in bf16). ``grad_clip``: clip the global gradient norm
-    to this value before each optimizer step (None: never). ``compile``: ``torch.compile`` the model (True:
-    inductor; a string names the backend). ``seed``: seed Python, NumPy and torch identically on every rank (None:
-    leave them alone; the loader's shuffle then uses 0). ``grad_accum``: micro-batches per optimizer step.
-    ``per_rank_batch``: read the loader's batch size as per rank instead of global. ``sync_batchnorm``: under
-    multi-process methods on GPUs, BatchNorm layers become ``SyncBatchNorm`` (statistics over the global batch, as
-    one process computes them); False keeps per-rank statistics, which saves one all-reduce per layer per forward.
-    ``activation_checkpointing``: keep only each transformer block's input for backward (every element of an
-    ``nn.ModuleList``, the blocks fsdp shards one by one) and recompute the rest during backward — less activation
-    memory for one more forward per block, the same numbers."""
+    """The training options; each field's help says what it does (see :func:`describe`)."""
 
-    precision: str = "fp32"
-    grad_clip: float | None = None
-    compile: bool | str = False
-    seed: int | None = None
-    grad_accum: int = 1
-    per_rank_batch: bool = False
-    sync_batchnorm: bool = True
-    activation_checkpointing: bool = False
+    precision: str = _option(
+        "fp32", "--precision",
+        "fp32 (default), bf16-mixed (autocast, or FSDP's mixed-precision policy), fp16-mixed (autocast + a "
+        "gradient scaler; GPUs only) or bf16-true (the model itself in bf16), the same under every method.")
+    grad_clip: float | None = _option(
+        None, "--grad-clip", "Clip the global gradient norm to this value before each optimizer step "
+                             "(default: never; a method's own default, such as DeepSpeed's 1.0, never leaks in).")
+    compile: bool | str = _option(
+        False, "--compile", "torch.compile the model (single, ddp, fsdp); true means inductor, a string in "
+                            "paratrain.toml or Session(compile=...) names the backend.")
+    seed: int | None = _option(
+        None, "--seed", "Seed Python, NumPy, torch and the loader's shuffle identically on every rank "
+                        "(default: leave them alone; the shuffle then uses 0).")
+    grad_accum: int = _option(
+        1, "--grad-accum", "Micro-batches per rank per optimizer step (default 1); never changes the math.")
+    per_rank_batch: bool = _option(
+        False, "--per-rank-batch", "Read the loader's batch size as per rank, not global.")
+    sync_batchnorm: bool = _option(
+        True, "--sync-batchnorm/--no-sync-batchnorm",
+        "BatchNorm → SyncBatchNorm under multi-process methods on GPUs (default on: the statistics of one "
+        "process; off keeps per-rank statistics and saves an all-reduce per layer per forward).")
+    activation_checkpointing: bool = _option(
+        False, "--activation-checkpointing/--no-activation-checkpointing",
+        "Keep only each transformer block's input for backward and recompute the rest: less activation memory, "
+        "one more forward per block, the same numbers (blocks: the elements of an nn.ModuleList, the blocks fsdp "
+        "shards one by one).")
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
@@ -85,6 +97,43 @@ class TrainOptions:
 
 
 FIELDS = tuple(f.name for f in dataclasses.fields(TrainOptions))
+FLAGS = {f.name: f.metadata["flag"] for f in dataclasses.fields(TrainOptions)}
+
+
+def value_types(name: str) -> tuple[type, ...]:
+    """The types option ``name`` accepts, from its annotation (``float | None`` → ``(float,)``), for the CLI and for
+    type errors in ``paratrain.toml``."""
+    import types
+    import typing
+
+    hint = typing.get_type_hints(TrainOptions)[name]
+    args = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
+    return tuple(a for a in args if a is not type(None))
+
+
+def describe(names: tuple[str, ...] = FIELDS) -> str:
+    """One line per option — its name, flag and help — for docstrings made from the fields."""
+    fields = {f.name: f for f in dataclasses.fields(TrainOptions)}
+    return "\n".join(f"``{n}`` ({fields[n].metadata['flag'].split('/')[0]}): {fields[n].metadata['help']}"
+                     for n in names)
+
+
+TrainOptions.__doc__ = f"{TrainOptions.__doc__}\n\n{describe()}"
+
+
+def as_keywords(function: Callable[..., Any]) -> Callable[..., Any]:
+    """Show ``function``'s ``**options`` as one keyword argument per option (default None: not given here) to
+    ``help()``, ``inspect`` and editors that read signatures, and list them in its docstring — ``Session(...)``
+    takes the options without writing them again."""
+    signature = inspect.signature(function)
+    params = [p for p in signature.parameters.values() if p.kind is not inspect.Parameter.VAR_KEYWORD]
+    hints = {f.name: f.type for f in dataclasses.fields(TrainOptions)}
+    params += [inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=None,
+                                 annotation=hints[name] if "None" in str(hints[name]) else f"{hints[name]} | None")
+               for name in FIELDS]
+    function.__signature__ = signature.replace(parameters=params)  # type: ignore[attr-defined]
+    function.__doc__ = f"{function.__doc__ or ''}\n\nTraining options:\n\n{describe()}"
+    return function
 
 
 def given(values: Mapping[str, Any]) -> dict[str, Any]:

@@ -35,47 +35,33 @@ ReduceOp = Literal["mean", "sum", "max", "min"]
 class Session:
     """Train one model under the method chosen by ``paratrain run`` (or ``Session("ddp")``).
 
-    The training options (:class:`paratrain.options.TrainOptions`) mean the same under every method, and may come
-    from here or from ``paratrain run`` flags / ``paratrain.toml`` (a value set both ways differently is an error):
-    ``precision`` (fp32, bf16-mixed, fp16-mixed, bf16-true), ``grad_clip`` (max global gradient norm),
-    ``compile`` (torch.compile the model; True or a backend name), ``seed`` (Python, NumPy, torch and the loader's
-    shuffle, identically on every rank), ``grad_accum=K`` (K micro-batches per rank per optimizer step, never
-    changing the math), ``per_rank_batch`` (the loader's batch_size read as per rank) and ``sync_batchnorm``
-    (BatchNorm statistics over the global batch under multi-process methods on GPUs; default True). ``checkpoint_dir`` +
+    The training options — the keyword arguments besides the checkpoint ones, listed below from
+    :class:`paratrain.options.TrainOptions` — mean the same under every method, and may come from here or from
+    ``paratrain run`` flags / ``paratrain.toml`` (a value set both ways differently is an error). ``checkpoint_dir`` +
     ``checkpoint_every`` save every N optimizer steps and resume from the newest complete checkpoint in ``prepare``
     (keeping the newest ``keep``, default 2) — also set by ``paratrain run --checkpoint-dir/--checkpoint-every``.
     """
 
+    @train_options.as_keywords
     def __init__(
         self,
         strategy: str | None = None,
         *,
-        precision: str | None = None,
-        grad_clip: float | None = None,
-        compile: bool | str | None = None,
-        seed: int | None = None,
-        grad_accum: int | None = None,
-        per_rank_batch: bool | None = None,
-        sync_batchnorm: bool | None = None,
-        activation_checkpointing: bool | None = None,
         checkpoint_dir: str | None = None,
         checkpoint_every: int | None = None,
         keep: int | None = None,
+        **options: Any,
     ) -> None:
         _install_failure_hook()
         metrics.start_peak_rss()  # this rank's peak memory is counted from here (metrics.peak_memory)
-        self.options = train_options.resolve(
-            {"precision": precision, "grad_clip": grad_clip, "compile": compile, "seed": seed,
-             "grad_accum": grad_accum, "per_rank_batch": per_rank_batch, "sync_batchnorm": sync_batchnorm,
-             "activation_checkpointing": activation_checkpointing},
-            train_options.from_env())
+        self.options = train_options.resolve(options, train_options.from_env())
         self._hooks = RunHooks.from_environ()  # what compare asks of a measured run (paratrain.run_hooks)
         if self._hooks.accum_split > 1:
             self.options = dataclasses.replace(self.options,
                                                grad_accum=self.options.grad_accum * self._hooks.accum_split)
         self.env = DistEnv.from_environ()
         spec = _choose_spec(strategy, self.env)
-        cls, options = registry.resolve(spec, self.env.options)
+        cls, method_options = registry.resolve(spec, self.env.options)
         registry.require_available(cls)
         if not issubclass(cls, Strategy):  # a TensorFlow method: trained by Keras through paratrain.tf
             raise ConfigError(f"{cls.method} is a TensorFlow method: a PyTorch Session cannot train under it",
@@ -86,7 +72,7 @@ class Session:
                 f"strategy {cls.method} needs one process per rank, but this script was started directly",
                 hint=f"run `paratrain run --strategy {spec} --nproc 2 {script}`",
             )
-        self._strategy: Strategy = cls(options, self.env)
+        self._strategy: Strategy = cls(method_options, self.env)
         self._auto = _auto_checkpoint(self.env, checkpoint_dir, checkpoint_every, keep)
         self.grad_accum = self.options.grad_accum
         self.per_rank_batch = self.options.per_rank_batch

@@ -14,6 +14,7 @@ from rich.table import Table
 
 from paratrain import console
 from paratrain.cli._render import help_text, print_json
+from paratrain.cli._train_flags import train_flags
 
 HELP = """Run the training methods side by side, measure them, check they compute the same thing.
 
@@ -103,6 +104,7 @@ def _writable(folder: Path) -> None:
                           hint="choose a writable --out folder") from None
 
 
+@train_flags(("precision", "activation_checkpointing"), prefix="Every cell: ")
 def compare(
     workload: str = typer.Option("mlp", "--workload", "-w", help="Bundled workload: mlp (digits), cnn (conv net with "
                                                            "BatchNorm + dropout, digits) or gpt (char LM)."),
@@ -124,14 +126,10 @@ def compare(
     depth: int = typer.Option(None, "--depth", help="Transformer blocks of the gpt workload."),
     sweep: str = typer.Option(None, "--sweep", help="Compare at several sizes of the bundled workload, e.g. "
                               "width=64,128,256: a report per size, and where the winner changes."),
-    precision: str = typer.Option(None, "--precision",
-                                  help="Every cell in fp32 (default), bf16-mixed, fp16-mixed (GPU) or bf16-true."),
-    activation_checkpointing: bool = typer.Option(
-        False, "--activation-checkpointing",
-        help="Every torch cell keeps only its transformer blocks' inputs for backward (gpt, or a script with blocks)."),
     out_dir: str = typer.Option(None, "--out", help="Output folder (default runs/compare-<workload>-<time>/)."),
     db: str = typer.Option(None, "--db", help="History database (default ~/.paratrain/history.db or $PARATRAIN_HOME)."),
     json_out: bool = typer.Option(False, "--json", help="Print only the results JSON (no live table)."),
+    **train: Any,
 ) -> int:
     from paratrain.bench import report, store
     from paratrain.bench.compare import CompareSettings, default_nproc, run_compare
@@ -167,8 +165,8 @@ def compare(
                                    script_args=shlex.split(script_args), strategies=specs,
                                    nproc=_parse_nproc(nproc) if nproc else default_nproc(),
                                    steps=steps, warmup=warmup, repeat=repeat, scaling=scaling, timeout=timeout,
-                                   width=size["width"], depth=size["depth"], precision=precision,
-                                   activation_checkpointing=activation_checkpointing)
+                                   width=size["width"], depth=size["depth"], precision=train.get("precision"),
+                                   activation_checkpointing=bool(train.get("activation_checkpointing")))
         if sweep_root is not None:
             folder = sweep_root / f"{sweep_key}-{value}"
         else:

@@ -6,11 +6,13 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import typer
 
 from paratrain import console
 from paratrain.cli._render import help_text, print_json
+from paratrain.cli._train_flags import train_flags
 
 HELP = """Run SCRIPT under a training method.
 
@@ -20,9 +22,9 @@ The method reaches the script's paratrain.Session through PARATRAIN_* variables,
 scripts (init_process_group from RANK/WORLD_SIZE) run unchanged too.
 
 Options may also come from paratrain.toml in the current directory, or --config FILE (flags win).
-The training options (--precision, --grad-clip, --compile, --seed, --grad-accum, --per-rank-batch,
---sync-batchnorm) reach the script's Session and mean the same under every method; the script may set them
-in Session(...) instead, but not to a different value.
+The training options (their own panel below) reach the script's
+Session and mean the same under every method; the script may set them in Session(...) instead, but not to
+a different value.
 
 Examples:
   paratrain run --strategy ddp --nproc 2 train.py --lr 3e-4
@@ -36,6 +38,7 @@ a job after a worker dies from its newest complete checkpoint.
 """
 
 
+@train_flags()
 def run(
     script: str = typer.Argument(None, metavar="SCRIPT", help="Your training script.", show_default=False),
     args: list[str] = typer.Argument(None, metavar="[ARGS]...", help="Arguments for the script.",
@@ -70,24 +73,8 @@ def run(
                                 help="CPU threads per process (OpenMP and torch intra-op). Default: "
                                      "OMP_NUM_THREADS if set, else the cores this job may use divided by the "
                                      "processes per node (1 per process with GPUs, as torchrun does)."),
-    precision: str = typer.Option(None, "--precision",
-                                  help="fp32 (default), bf16-mixed, fp16-mixed (GPU) or bf16-true, the same under "
-                                       "every method."),
-    grad_clip: float = typer.Option(None, "--grad-clip", help="Clip the global gradient norm to this value."),
-    compile_model: bool = typer.Option(None, "--compile", help="torch.compile the model (single, ddp, fsdp)."),
-    seed: int = typer.Option(None, "--seed", help="Seed Python, NumPy and torch identically on every rank."),
-    grad_accum: int = typer.Option(None, "--grad-accum", help="Micro-batches per optimizer step (default 1)."),
-    per_rank_batch: bool = typer.Option(None, "--per-rank-batch",
-                                        help="Read the loader's batch size as per rank, not global."),
-    sync_batchnorm: bool = typer.Option(None, "--sync-batchnorm/--no-sync-batchnorm",
-                                        help="BatchNorm → SyncBatchNorm under multi-process methods on GPUs "
-                                             "(default on: the statistics of one process; off saves an all-reduce "
-                                             "per layer per forward)."),
-    activation_checkpointing: bool = typer.Option(
-        None, "--activation-checkpointing/--no-activation-checkpointing",
-        help="Keep only each transformer block's input for backward and recompute the rest: less activation "
-             "memory, one more forward per block, the same numbers (blocks: the elements of an nn.ModuleList)."),
     verbose: bool = typer.Option(None, "--verbose", "-v", help="Show torchrun's own logging."),
+    **train: Any,
 ) -> Callable[[], int] | None:
     from paratrain.errors import ConfigError
     from paratrain.launcher import build_plan, cluster, execute, load_config
@@ -99,9 +86,7 @@ def run(
              "max_restarts": max_restarts, "timeout": timeout,
              "stall_timeout": stall_timeout, "rendezvous_timeout": rendezvous_timeout, "checkpoint_dir": checkpoint_dir,
              "checkpoint_every": checkpoint_every, "keep": keep, "threads": threads, "verbose": verbose,
-             "precision": precision, "grad_clip": grad_clip, "compile": compile_model, "seed": seed,
-             "grad_accum": grad_accum, "per_rank_batch": per_rank_batch, "sync_batchnorm": sync_batchnorm,
-             "activation_checkpointing": activation_checkpointing, "script": script, "args": list(args or [])}
+             **train, "script": script, "args": list(args or [])}
     values = {**cluster.defaults(os.environ), **load_config(config)}  # the scheduler's < paratrain.toml < flags
     settings = merge(values, flags)
     _note_flags_after_script(settings.script, settings.args)

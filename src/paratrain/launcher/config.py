@@ -37,15 +37,9 @@ class RunConfig:
     rendezvous_timeout: int | None = None  # seconds a node waits for the others to join (torchrun: 600/900)
     stall_timeout: float | None = None  # seconds a rank may wait in a collective before the watchdog stops the job
     threads: int | None = None  # CPU threads per process; None = launch/threads.py's policy
-    # Training options (paratrain.options.TrainOptions), handed to the script's Session; None = not given here.
-    precision: str | None = None
-    grad_clip: float | None = None
-    compile: bool | str | None = None
-    seed: int | None = None
-    grad_accum: int | None = None
-    per_rank_batch: bool | None = None
-    sync_batchnorm: bool | None = None
-    activation_checkpointing: bool | None = None
+    # Training options (paratrain.options.TrainOptions) given here — flags or file — for the script's Session; the
+    # file's keys and the flags are made from TrainOptions' fields, so none is written again in this class.
+    train: dict[str, Any] = field(default_factory=dict)
     verbose: bool = False
     script: str = ""
     args: list[str] = field(default_factory=list)
@@ -80,27 +74,31 @@ class RunConfig:
         if self.nnodes > 1 and not self.master:
             raise ConfigError(f"--nnodes {self.nnodes} needs --master HOST:PORT (the address of node 0)",
                               hint="e.g. --master 10.0.0.1:29500 on every node")
-        train_options.given(self.train_options())
+        train_options.given(self.train)
         if self.master is not None:
             host, sep, port = self.master.rpartition(":")
             if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
                 raise ConfigError(f'--master "{self.master}" is not HOST:PORT', hint="e.g. --master node0:29500")
 
     def as_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """Every option flat, as the file spells them (training options None where not given)."""
+        values = {k: v for k, v in dataclasses.asdict(self).items() if k != "train"}
+        return {**values, **self.train_options()}
 
     def train_options(self) -> dict[str, Any]:
         """The training options given to the launcher (flags or file), for the workers' Session."""
-        return {name: getattr(self, name) for name in train_options.FIELDS}
+        return {name: self.train.get(name) for name in train_options.FIELDS}
 
 
-FILE_KEYS = {f.name for f in dataclasses.fields(RunConfig)} - {"script", "args"}
+FILE_KEYS = {f.name for f in dataclasses.fields(RunConfig)} - {"script", "args", "train"} | set(train_options.FIELDS)
 # What a TOML value of each type is called in an error (bool before int: True is an int to Python, not to TOML).
 TYPE_WORDS = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
 
 
 def _allowed_types(key: str) -> tuple[type, ...]:
     """The Python types RunConfig accepts for ``key``, from its annotation (``int | None`` → ``(int,)``)."""
+    if key in train_options.FIELDS:
+        return train_options.value_types(key)
     hint = typing.get_type_hints(RunConfig)[key]
     args = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
     return tuple(a for a in args if a is not type(None))
@@ -185,7 +183,8 @@ def merge(file_values: dict[str, Any], flags: dict[str, Any]) -> RunConfig:
     """Flags that were given (not None) override the file; the file overrides the defaults."""
     values = dict(file_values)
     values.update({k: v for k, v in flags.items() if v is not None})
+    train = {k: values.pop(k) for k in train_options.FIELDS if k in values}
     try:
-        return RunConfig(**values)
+        return RunConfig(**values, train=train)
     except TypeError as exc:
         raise ConfigError(f"bad launch option: {exc}") from None
