@@ -8,9 +8,11 @@ weighting for uneven chunks and gradient accumulation, the optimizer-step counte
 from __future__ import annotations
 
 import atexit
+import contextlib
 import dataclasses
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -131,6 +133,23 @@ class Session:
         return self.rank == 0
 
     # -- training -------------------------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def init_module(self) -> Iterator[None]:
+        """Build the model inside this block (``with session.init_module(): model = build()``) so that a sharding
+        method never holds it whole on every rank: under fsdp only rank 0 builds it (the other ranks build shapes
+        on the meta device and receive their shard in :meth:`prepare`); under deepspeed zero3 each parameter is
+        partitioned as it is created (``deepspeed.zero.Init``). Under every other method each rank holds the whole
+        model anyway, and the block changes nothing. The initial weights are those of building the model without
+        it (rank 0's, from the same seed), so every method still trains the single-process curve; a state dict
+        loaded into the model before ``prepare`` reaches every rank the same way."""
+        if self._model is not None:
+            raise ConfigError("init_module() builds the model that prepare() wraps; prepare() was already called",
+                              hint="build the model inside `with session.init_module():`, then call prepare()")
+        self._strategy.precision = self.options.precision
+        self._strategy.train = self.options
+        with self._strategy.init_context():
+            yield
+
     def prepare(self, model: torch.nn.Module, optimizer: torch.optim.Optimizer | None = None,
                 loader: torch.utils.data.DataLoader | None = None, scheduler: Any = None) -> tuple:
         """Wrap the model (and optimizer) for the method and shard the loader; returns them in the same order —

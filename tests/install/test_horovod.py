@@ -19,6 +19,7 @@ def test_a_second_call_is_a_no_op():
     assert "already installed for this torch and TensorFlow; nothing to do" in proc.stderr  # make test has both
 
 
+@pytest.mark.serial  # reinstalls Horovod: a test importing it meanwhile would see it half-installed
 def test_reinstalling_from_the_cached_wheel_takes_seconds():
     from paratrain.install import horovod
 

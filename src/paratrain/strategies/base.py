@@ -7,6 +7,7 @@ what it can do by what it inherits.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import enum
 import typing
@@ -227,6 +228,7 @@ class Strategy(MethodSpec):
         self.device: torch.device | None = None
         self.precision = "fp32"  # the Session's precision, set before wrap()
         self.train: Any = None  # the Session's TrainOptions, set before wrap()
+        self._deferred = False  # Session.init_module() built the model through init_context()
 
     @property
     def spec(self) -> str:
@@ -243,6 +245,28 @@ class Strategy(MethodSpec):
     @abstractmethod
     def setup(self) -> None:
         """Join the process group (if any) and set ``self.device``."""
+
+    def init_context(self) -> contextlib.AbstractContextManager[Any]:
+        """Where ``Session.init_module()`` builds the model. A replicating method holds the whole model on every rank
+        anyway, so it builds it as usual; a sharding method overrides this so that no rank but one ever holds it
+        whole (fsdp: the meta device on ranks ≠ 0; deepspeed zero3: ``deepspeed.zero.Init``)."""
+        return contextlib.nullcontext()
+
+    def deferred_shapes(self) -> contextlib.AbstractContextManager[Any]:
+        """The ``init_context`` of a sharding method: rank 0 builds the model for real (the values one process
+        builds, given the same seed), the other ranks build shapes only, on the meta device; the method's ``wrap``
+        then gives each rank memory for its own shard alone and fills it from rank 0."""
+        import warnings
+
+        import torch
+
+        self._deferred = True
+        if self.rank == 0:
+            return contextlib.nullcontext()
+        # A state dict loaded into the shapes before prepare() is a no-op there, as torch warns; it is not lost:
+        # rank 0 loaded it too, and wrap() hands its values out.
+        warnings.filterwarnings("ignore", message=r".*copying from a non-meta parameter in the checkpoint to a meta")
+        return torch.device("meta")
 
     @abstractmethod
     def wrap(

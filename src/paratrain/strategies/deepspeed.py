@@ -188,6 +188,13 @@ class DeepSpeedStrategy(Strategy, BackwardSyncControl):
         with contextlib.redirect_stdout(io.StringIO()) if quiet else contextlib.nullcontext():
             deepspeed.init_distributed(dist_backend=torch.distributed.get_backend(), verbose=False)
 
+    def init_context(self):
+        """ZeRO-3: rank 0 builds the model, the other ranks shapes on the meta device; ``wrap`` partitions it one
+        module at a time (``deepspeed_init``). Stages 0–2 hold the whole model on every rank anyway."""
+        if self.options.zero_stage != 3:
+            return contextlib.nullcontext()
+        return self.deferred_shapes()
+
     def wrap(self, model, optimizer):
         import deepspeed
 
@@ -195,6 +202,10 @@ class DeepSpeedStrategy(Strategy, BackwardSyncControl):
         if optimizer is not None:
             self._names = [[names[id(p)] for p in g["params"]] for g in optimizer.param_groups]
         config = self.final_config(self.options, self.train)
+        if self._deferred:
+            from paratrain.strategies.deepspeed_init import partition_from_rank0
+
+            partition_from_rank0(model, config)
         from paratrain.launcher import deepspeed_watch
 
         with deepspeed_watch.session_call():  # paratrain's own config: nothing for the launcher to report

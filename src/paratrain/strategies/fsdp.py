@@ -73,6 +73,9 @@ class FSDPStrategy(Strategy, BackwardSyncControl):
             return init_device_mesh(self.device.type, (world, 1), mesh_dim_names=("replicate", "shard"))
         return init_device_mesh(self.device.type, (world,))
 
+    def init_context(self):
+        return self.deferred_shapes()  # wrap() shards, then fills each rank's shard from rank 0
+
     def wrap(self, model, optimizer):
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
         from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
@@ -80,16 +83,31 @@ class FSDPStrategy(Strategy, BackwardSyncControl):
         # The whole model never goes to the device: fully_shard moves one unit at a time and keeps only this
         # rank's shard there. Each rank's shard comes from its own initial values, so rank 0's (kept on the
         # CPU) are broadcast into the shards afterwards, as DDP does at construction.
-        initial = {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()} if self.rank == 0 else {}
+        # No copy: fully_shard gives each parameter new storage for its shard, so the user's full tensors are
+        # untouched, and held here alone until they are broadcast (rank 0 then holds the model once, not twice).
+        initial = {k: v.detach().to("cpu") for k, v in model.state_dict().items()} if self.rank == 0 else {}
         names = {id(p): n for n, p in model.named_parameters()}
         kwargs = {"mesh": self._mesh(), "reshard_after_forward": self.options.shard == "full"}
         if self.options.offload == "cpu":
             kwargs["offload_policy"] = CPUOffloadPolicy()
-        for block in transformer_blocks(model):
+        blocks = transformer_blocks(model)
+        for block in blocks:
             fully_shard(block, **kwargs)
         fully_shard(model, **kwargs)
-        set_model_state_dict(model, initial,
-                             options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+        if self._deferred and self.rank != 0:
+            model.to_empty(device=self.device)  # this rank's shards only, uninitialised until the broadcast below
+        # Unit by unit (each block, then the rest): rank 0 lets go of each unit's full tensors once they are sent
+        # (the other ranks receive one tensor at a time either way).
+        module_names = {id(m): n for n, m in model.named_modules()}
+        full = StateDictOptions(full_state_dict=True, broadcast_from_rank0=True, strict=False)
+        for block in blocks:
+            prefix = module_names[id(block)] + "."
+            part = {k[len(prefix):]: initial.pop(k) for k in [k for k in initial if k.startswith(prefix)]}
+            set_model_state_dict(block, part, options=full)
+        set_model_state_dict(model, initial, options=full)
+        if self._deferred:  # buffers outside the state dict (persistent=False: rotary tables, masks) are rank 0's too
+            for buffer in model.buffers():
+                dist.broadcast(buffer, src=0)
         if optimizer is not None:
             _rebind_optimizer(optimizer, names, dict(model.named_parameters()))
         return model, optimizer
