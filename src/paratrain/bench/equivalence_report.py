@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from paratrain.bench.recommend import tolerance
+
 WORDS = {"exact": "exact", "within_noise": "within noise", "not_equivalent": "**NOT EQUIVALENT**"}
 
 
@@ -19,7 +21,7 @@ def equivalence_markdown(results: dict[str, Any]) -> list[str]:
     if not ref:
         return ["No reference cell ran (or the scaling was weak: each world size trains another batch), so losses "
                 "were not compared between methods."]
-    tol = results.get("tolerance") or 1e-5
+    tol = tolerance(results)
     factor = results.get("noise_factor", 3)
     lines = [f"Each cell's per-step loss is compared with {ref}. **Exact**: max |Δloss| ≤ {tol:.0e} at every step. "
              "Where that cannot hold — convolutions whose float sums reorder when the batch is split, dropout "

@@ -16,7 +16,7 @@ from typing import Any
 
 from paratrain.bench.plot_base import FIGSIZE, bar_value, empty, fig_width, layout, legend, ok_cells, pyplot, save
 from paratrain.bench.plots_explain import plot_breakdown, plot_scaling, world_sizes
-from paratrain.bench.recommend import MIB, tolerance
+from paratrain.bench.recommend import MIB, is_flagged
 
 CROWDED_LEGEND = 6  # more entries than this: the legend goes beside the axes, where it hides no curve
 
@@ -128,8 +128,7 @@ def _label(cell: dict[str, Any], ref: str | None) -> str:
     verdict = cell.get("equivalence")
     if verdict == "within_noise":
         return f"{cell['key']} (within noise, mean |Δ| {cell['loss_mean_abs_diff']:.1e})"
-    flagged = verdict == "not_equivalent" if verdict else diff is not None and diff > tolerance(cell)
-    return cell["key"] + (f" (NOT EQUIVALENT, max |Δ| {diff:.1e})" if flagged else "")
+    return cell["key"] + (f" (NOT EQUIVALENT, max |Δ| {diff:.1e})" if is_flagged(cell) else "")
 
 
 def plot_loss_curves(results: dict[str, Any], out_dir: Path) -> Path:
