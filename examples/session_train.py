@@ -8,6 +8,7 @@ Runs unchanged under every method:
     paratrain run -s ddp -n 2 examples/session_train.py --save ckpt/   # then resume anywhere with --load ckpt/
 """
 
+import contextlib
 import os
 import sys
 
@@ -24,7 +25,8 @@ def main() -> None:
     args = parse_args()
     extra = parse_extra()
     session = pt.Session(grad_accum=extra.grad_accum)
-    model = build_model()
+    with session.init_module() if extra.init_module else contextlib.nullcontext():
+        model = build_model()
     optimizer = make_optimizer(args.optimizer, model.parameters(), args.lr)
     loader = DataLoader(make_dataset(args.samples), batch_size=args.batch_size, shuffle=args.shuffle)
     model, optimizer, loader = session.prepare(model, optimizer, loader)
@@ -62,6 +64,8 @@ def parse_extra():
     p.add_argument("--grad-accum", type=int, default=None, help="micro-batches per step (or run --grad-accum)")
     p.add_argument("--save", default=None, help="checkpoint directory to write at the end")
     p.add_argument("--load", default=None, help="checkpoint directory to resume from")
+    p.add_argument("--init-module", action="store_true",
+                   help="build the model inside session.init_module() (fsdp, zero3: only rank 0 holds it whole)")
     return p.parse_known_args()[0]
 
 

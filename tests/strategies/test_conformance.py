@@ -3,7 +3,8 @@ same tests, so a new method is tested by its registry line.
 
 Per method, at two processes (one for a one-process method), against one process written by hand
 (examples/handwritten/single.py):
-- the same loss curve and weights with AdamW, and a checkpoint that resumes under ``single`` on the identical curve;
+- the same loss curve and weights with AdamW from a model built inside ``session.init_module()`` (where a sharding
+  method builds it on rank 0 alone), and a checkpoint that resumes under ``single`` on the identical curve;
 - gradient accumulation with an uneven last batch (37 samples in batches of 8: ranks get 3 and 2, or a padding
   sample of zero weight) that keeps the math.
 Each method's own tests (tests/strategies/test_<method>.py) cover what only it has: options, native scripts,
@@ -58,7 +59,8 @@ def case(request) -> Case:
 
 def test_trains_the_one_process_curve_and_resumes_under_single(case, tmp_path, reference):
     ckpt = tmp_path / "ckpt"
-    first = train(case.spec, case.nproc, tmp_path / "first", "adamw", STEPS, "--save", str(ckpt), env=case.env)
+    first = train(case.spec, case.nproc, tmp_path / "first", "adamw", STEPS, "--save", str(ckpt), "--init-module",
+                  env=case.env)
     assert_equivalent(reference("adamw", steps=STEPS), first)
     resumed = train("single", 1, tmp_path / "resumed", "adamw", 2 * STEPS, "--load", str(ckpt))
     assert_equivalent(reference("adamw", steps=2 * STEPS), resumed, offset=STEPS)
