@@ -100,13 +100,13 @@ FIELDS = tuple(f.name for f in dataclasses.fields(TrainOptions))
 FLAGS = {f.name: f.metadata["flag"] for f in dataclasses.fields(TrainOptions)}
 
 
-def value_types(name: str) -> tuple[type, ...]:
-    """The types option ``name`` accepts, from its annotation (``float | None`` → ``(float,)``), for the CLI and for
-    type errors in ``paratrain.toml``."""
+def value_types(name: str, owner: type = TrainOptions) -> tuple[type, ...]:
+    """The types field ``name`` of the dataclass ``owner`` (an option by default) accepts, from its annotation
+    (``float | None`` → ``(float,)``), for the CLI and for type errors in ``paratrain.toml``."""
     import types
     import typing
 
-    hint = typing.get_type_hints(TrainOptions)[name]
+    hint = typing.get_type_hints(owner)[name]
     args = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
     return tuple(a for a in args if a is not type(None))
 

@@ -5,8 +5,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import sys
-import types
-import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -97,11 +95,7 @@ TYPE_WORDS = {bool: "true or false", int: "an integer", float: "a number", str: 
 
 def _allowed_types(key: str) -> tuple[type, ...]:
     """The Python types RunConfig accepts for ``key``, from its annotation (``int | None`` → ``(int,)``)."""
-    if key in train_options.FIELDS:
-        return train_options.value_types(key)
-    hint = typing.get_type_hints(RunConfig)[key]
-    args = typing.get_args(hint) if isinstance(hint, types.UnionType) else (hint,)
-    return tuple(a for a in args if a is not type(None))
+    return train_options.value_types(key, train_options.TrainOptions if key in train_options.FIELDS else RunConfig)
 
 
 def _is_a(value: Any, kind: type) -> bool:

@@ -249,7 +249,7 @@ class Strategy(MethodSpec):
     def init_context(self) -> contextlib.AbstractContextManager[Any]:
         """Where ``Session.init_module()`` builds the model. A replicating method holds the whole model on every rank
         anyway, so it builds it as usual; a sharding method overrides this so that no rank but one ever holds it
-        whole (fsdp: the meta device on ranks ≠ 0; deepspeed zero3: ``deepspeed.zero.Init``)."""
+        whole (fsdp and deepspeed zero3 return :meth:`deferred_shapes`)."""
         return contextlib.nullcontext()
 
     def deferred_shapes(self) -> contextlib.AbstractContextManager[Any]:
