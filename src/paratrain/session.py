@@ -136,9 +136,9 @@ class Session:
     @contextlib.contextmanager
     def init_module(self) -> Iterator[None]:
         """Build the model inside this block (``with session.init_module(): model = build()``) so that a sharding
-        method never holds it whole on every rank: under fsdp only rank 0 builds it (the other ranks build shapes
-        on the meta device and receive their shard in :meth:`prepare`); under deepspeed zero3 each parameter is
-        partitioned as it is created (``deepspeed.zero.Init``). Under every other method each rank holds the whole
+        method never holds it whole on every rank: under fsdp and deepspeed zero3 only rank 0 builds it (the other
+        ranks build shapes on the meta device and receive their shard of rank 0's values in :meth:`prepare`, one
+        block or module at a time). Under every other method each rank holds the whole
         model anyway, and the block changes nothing. The initial weights are those of building the model without
         it (rank 0's, from the same seed), so every method still trains the single-process curve; a state dict
         loaded into the model before ``prepare`` reaches every rank the same way."""
