@@ -103,6 +103,29 @@ def _closing_rendezvous() -> Any:
 
 
 @contextlib.contextmanager
+def _recording_exits(exits: dict[int, int]) -> Any:
+    """Every worker's exit code, as horovodrun's threads return them (it reports only the first, by a clock read
+    after each thread's output is flushed: under load a peer that failed *because* a rank was killed can come first).
+    """
+    from horovod.runner.util import threads
+
+    original = threads.execute_function_multithreaded
+
+    def recording(fn: Any, args_list: Any, *args: Any, **kwargs: Any) -> Any:
+        result = original(fn, args_list, *args, **kwargs)
+        if getattr(fn, "__module__", "") == "horovod.runner.gloo_run" and isinstance(result, dict):
+            exits.update({int(rank): int(value[0]) for rank, value in result.items()
+                          if isinstance(value, tuple) and value})
+        return result
+
+    threads.execute_function_multithreaded = recording
+    try:
+        yield
+    finally:
+        threads.execute_function_multithreaded = original
+
+
+@contextlib.contextmanager
 def _gloo_check_in_process() -> Any:
     """horovodrun asks "was Gloo built?" by importing each framework binding in a forked process, TensorFlow's
     first: with the Keras binding built, every launch (torch jobs too) imported TensorFlow once more — seconds, and
@@ -150,12 +173,13 @@ def run(plan: LaunchPlan, notes: Path) -> None:
     restore_signals = job.keep_signals()
     watchdog = Watchdog(notes, plan.world_size, plan.config.stall_timeout)
     received: list[int] = []
+    exits: dict[int, int] = {}
     original = _noting_signals(received)
     try:
         sys.argv = ["horovodrun", *plan.argv]
         args = launch.parse_args()  # horovodrun's parser reads sys.argv
         _quiet_resource_tracker()
-        with watchdog, _closing_rendezvous(), _gloo_check_in_process():
+        with watchdog, _closing_rendezvous(), _gloo_check_in_process(), _recording_exits(exits):
             launch._run(args)
         # Workers stopped by horovodrun on a signal can all report success (they leave quietly on its SIGTERM)
         if watchdog.verdict:
@@ -167,34 +191,41 @@ def run(plan: LaunchPlan, notes: Path) -> None:
             raise LaunchError(watchdog.verdict, hint=STALL_HINT) from None
         if received:
             raise Interrupted(received[0]) from None
-        raise _failure(str(exc), notes) from None
+        raise _failure(str(exc), notes, exits) from None
     finally:
         gloo_run.register_shutdown_event = original
         sys.argv = saved_argv
         restore_signals()
 
 
-def _failure(text: str, notes: Path) -> LaunchError:
+def _failure(text: str, notes: Path, exits: dict[int, int] | None = None) -> LaunchError:
+    """The rank to blame, in this order: the earliest failure a worker noted that is not the echo of a lost peer;
+    else a rank that exited non-zero without a word (killed by a signal); else the earliest noted echo; else the
+    first process horovodrun names."""
     from paratrain.launcher import notes as notes_
 
-    noted = notes_.first_failure(notes)
     match = _FAILED.search(text)
     code = int(match.group(2)) if match else 1
     if code == 128 + signal.SIGINT:  # Ctrl-C reached every worker: they stopped quietly
         return Interrupted(signal.SIGINT)
-    exited = int(match.group(1)) if match else None  # the first process to exit, by horovodrun's whole-second-ish clock
-    notes_of = notes_.by_rank(notes, "failure")
-    if exited is not None and exited not in notes_of:  # it died without a word (a signal): its peers' notes are echoes
-        noted = None
-    if noted is not None:  # the earliest of the workers' own notes (sub-second times): the cause, not its echo
-        own = int(noted.get("code", 1))
-        return LaunchError(f"rank {noted['rank']} failed first (exit code {own}): {noted['error']}", exit_code=own)
+    failed = {rank: own for rank, own in (exits or {}).items() if own != 0}
     if match:
-        rank = int(match.group(1))
-        what = f"exit code {code}"
-        if code > 128:
-            what += f", {notes_.signal_text(code - 128, notes_.finished(notes, rank))}"
-        return LaunchError(f"rank {rank} failed first ({what}); horovodrun stopped the others", exit_code=code)
+        failed.setdefault(int(match.group(1)), code)
+    noted = notes_.by_rank(notes, "failure")
+    causes = [d for d in noted.values() if not notes_.is_echo(d["error"])]
+    silent = [rank for rank in failed if rank not in noted and not notes_.finished(notes, rank)]
+    if causes or (noted and not silent):
+        first = min(causes or list(noted.values()), key=lambda d: d["time"])
+        own = int(first.get("code", 1))
+        return LaunchError(f"rank {first['rank']} failed first (exit code {own}): {first['error']}", exit_code=own)
+    if failed:
+        first_named = int(match.group(1)) if match else None
+        rank = first_named if first_named in silent else (silent or sorted(failed))[0]
+        own = failed[rank]
+        what = f"exit code {own}"
+        if own > 128:
+            what += f", {notes_.signal_text(own - 128, notes_.finished(notes, rank))}"
+        return LaunchError(f"rank {rank} failed first ({what}); horovodrun stopped the others", exit_code=own)
     said = text.strip().splitlines()[0] if text.strip() else "horovodrun failed"
     return LaunchError(f"the horovod job could not start: {said}",
                        hint="--start-timeout is --rendezvous-timeout here; `paratrain doctor` checks the install")

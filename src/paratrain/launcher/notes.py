@@ -17,6 +17,9 @@ import signal
 from pathlib import Path
 
 CAUSE_CHARS = 300  # the error line names the cause; the whole message is in the rank's traceback above it
+# What a rank says when a peer is gone (its connection broke, Horovod shut down, gloo aborted): the echo of a
+# failure elsewhere, never its cause.
+ECHOES = ("connection closed", "connection reset", "sigabrt", "horovod has been shut down")
 
 
 def read(notes: Path, kind: str) -> list[dict]:
@@ -71,6 +74,12 @@ def cause_line(text: str) -> str:
         return ""
     line = f"{lines[0]} {lines[1]}" if lines[0].endswith(":") and len(lines) > 1 else lines[0]
     return line if len(line) <= CAUSE_CHARS else line[:CAUSE_CHARS - 1].rstrip() + "…"
+
+
+def is_echo(text: str) -> bool:
+    """Does this error only say that a peer is gone?"""
+    lowered = text.lower()
+    return any(echo in lowered for echo in ECHOES)
 
 
 def exception_line(exc: BaseException) -> str:

@@ -149,7 +149,7 @@ def _raise_first_failure(exc, notes: Path, world_size: int) -> None:
             if stuck:
                 line += f"; rank(s) {', '.join(map(str, stuck))} never reached that collective"
         hint = STALL_HINT
-    elif any(echo in lowered for echo in ("connection closed", "connection reset", "sigabrt")):
+    elif notes_.is_echo(lowered):
         # A broken connection or a gloo abort is often the echo of a lock-step error elsewhere.
         why = explain_timeout(notes, world_size)
         if why:
