@@ -28,3 +28,20 @@ def test_a_long_line_is_cut():
 def test_an_exception_is_its_type_and_cause():
     assert exception_line(ValueError("bad value\nsee the docs")) == "ValueError: bad value"
     assert exception_line(KeyboardInterrupt()) == "KeyboardInterrupt"
+
+
+def _note(folder, rank: int, kind: str, seconds: float, error: str = "") -> None:
+    import json
+
+    (folder / f"rank{rank}.{kind}.json").write_text(json.dumps({"rank": rank, "time": seconds, "error": error}))
+
+
+def test_a_peers_echo_never_hides_the_rank_that_died_without_a_word(tmp_path):
+    from paratrain.launcher.notes import first_failure, silent_failure
+
+    _note(tmp_path, 0, "failure", 1.0, "RuntimeError: Connection closed by peer [127.0.0.1]:1234")
+    _note(tmp_path, 2, "done", 0.5)
+    assert silent_failure(tmp_path, [0, 2, 1]) == 1  # rank 2 had finished: a signal on its way out is no cause
+    _note(tmp_path, 3, "failure", 2.0, "ValueError: bad batch")  # later by the clock, but a cause of its own
+    assert first_failure(tmp_path)["rank"] == 3
+    assert silent_failure(tmp_path, [0, 2, 1]) is None

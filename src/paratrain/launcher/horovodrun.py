@@ -199,9 +199,8 @@ def run(plan: LaunchPlan, notes: Path) -> None:
 
 
 def _failure(text: str, notes: Path, exits: dict[int, int] | None = None) -> LaunchError:
-    """The rank to blame, in this order: the earliest failure a worker noted that is not the echo of a lost peer;
-    else a rank that exited non-zero without a word (killed by a signal); else the earliest noted echo; else the
-    first process horovodrun names."""
+    """Named from the workers' own notes (sub-second times) — unless they only echo a rank that died without a
+    word — else from the exit codes horovodrun's threads returned."""
     from paratrain.launcher import notes as notes_
 
     match = _FAILED.search(text)
@@ -209,23 +208,19 @@ def _failure(text: str, notes: Path, exits: dict[int, int] | None = None) -> Lau
     if code == 128 + signal.SIGINT:  # Ctrl-C reached every worker: they stopped quietly
         return Interrupted(signal.SIGINT)
     failed = {rank: own for rank, own in (exits or {}).items() if own != 0}
-    if match:
-        failed.setdefault(int(match.group(1)), code)
-    noted = notes_.by_rank(notes, "failure")
-    causes = [d for d in noted.values() if not notes_.is_echo(d["error"])]
-    silent = [rank for rank in failed if rank not in noted and not notes_.finished(notes, rank)]
-    if causes or (noted and not silent):
-        first = min(causes or list(noted.values()), key=lambda d: d["time"])
-        own = int(first.get("code", 1))
-        return LaunchError(f"rank {first['rank']} failed first (exit code {own}): {first['error']}", exit_code=own)
+    if match:  # the first process to exit by horovodrun's clock, first in line
+        failed = {int(match.group(1)): code, **failed}
+    silent = notes_.silent_failure(notes, list(failed))
+    noted = notes_.first_failure(notes)
+    if noted is not None and silent is None:
+        own = int(noted.get("code", 1))
+        return LaunchError(f"rank {noted['rank']} failed first (exit code {own}): {noted['error']}", exit_code=own)
     if failed:
-        first_named = int(match.group(1)) if match else None
-        rank = first_named if first_named in silent else (silent or sorted(failed))[0]
-        own = failed[rank]
-        what = f"exit code {own}"
-        if own > 128:
-            what += f", {notes_.signal_text(own - 128, notes_.finished(notes, rank))}"
-        return LaunchError(f"rank {rank} failed first ({what}); horovodrun stopped the others", exit_code=own)
+        rank = silent if silent is not None else next(iter(failed))
+        what = f"exit code {failed[rank]}"
+        if failed[rank] > 128:
+            what += f", {notes_.signal_text(failed[rank] - 128, notes_.finished(notes, rank))}"
+        return LaunchError(f"rank {rank} failed first ({what}); horovodrun stopped the others", exit_code=failed[rank])
     said = text.strip().splitlines()[0] if text.strip() else "horovodrun failed"
     return LaunchError(f"the horovod job could not start: {said}",
                        hint="--start-timeout is --rendezvous-timeout here; `paratrain doctor` checks the install")

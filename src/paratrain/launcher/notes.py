@@ -40,9 +40,22 @@ def by_rank(notes: Path, kind: str) -> dict[int, dict]:
 
 
 def first_failure(notes: Path) -> dict | None:
-    """The earliest failure the workers noted themselves in the last restart, if any."""
+    """The earliest failure the workers noted themselves in the last restart, if any: the earliest that names a
+    cause of its own, else the earliest echo of a lost peer."""
     found = read(notes, "failure")
-    return min(found, key=lambda d: d["time"]) if found else None
+    causes = [d for d in found if not is_echo(str(d.get("error", "")))]
+    return min(causes or found, key=lambda d: d["time"]) if found else None
+
+
+def silent_failure(notes: Path, failed: list[int]) -> int | None:
+    """The first of the ``failed`` ranks (in the launcher's order) that left no word: no failure note and no
+    "done" — a rank killed from outside. It is the cause when the ranks that did note anything only echo its loss
+    (their note reached the launcher first, or the launcher's clock listed them first)."""
+    noted = first_failure(notes)
+    if noted is not None and not is_echo(str(noted.get("error", ""))):
+        return None
+    said = by_rank(notes, "failure")
+    return next((rank for rank in failed if rank not in said and not finished(notes, rank)), None)
 
 
 def finished(notes: Path, rank: int) -> bool:

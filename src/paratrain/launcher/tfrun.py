@@ -329,9 +329,10 @@ def _not_formed(plan: LaunchPlan, job: _Job, waiting: dict, joined: dict, deadli
 def _failure(job: _Job, notes: Path) -> LaunchError:
     failed = job.failed()
     noted = notes_.first_failure(notes)
-    first = failed[0]
+    silent = notes_.silent_failure(notes, failed)
+    first = failed[0] if silent is None else silent
     code = job.exited[first][0]
-    if code >= 0 and noted is not None:  # the earliest of the workers' own notes: the cause, not an echo of it
+    if code >= 0 and noted is not None and silent is None:  # a worker's own note: the cause
         own = int(noted.get("code", 1))
         return LaunchError(f"worker {noted['rank']} failed first (exit code {own}): {noted['error']}; the other "
                            "workers were stopped", exit_code=own)

@@ -133,7 +133,10 @@ def _raise_first_failure(exc, notes: Path, world_size: int) -> None:
         rank = min(causes, key=lambda r: (causes[r].timestamp, r))
         failure = causes[rank]
     noted = notes_.first_failure(notes)
-    if noted is not None and noted["rank"] in exc.failures:
+    silent = notes_.silent_failure(notes, sorted(causes, key=lambda r: (causes[r].timestamp, r)))
+    if silent is not None:  # killed without a word: the others' notes only echo its loss
+        rank, failure, noted = silent, causes[silent], None
+    elif noted is not None and noted["rank"] in exc.failures:
         rank, failure = noted["rank"], exc.failures[noted["rank"]]
     line = _failure_line(rank, failure, noted["error"] if noted and noted["rank"] == rank else None,
                          notes_.finished(notes, rank))
