@@ -57,7 +57,7 @@ lint: $(VENV)/.all
 # PYTEST_WORKERS=0 runs them one at a time. Tests marked serial reinstall packages: they run alone, afterwards.
 PYTEST_WORKERS ?= 2
 test: lint $(VENV)/.horovod
-	OMP_NUM_THREADS=1 $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not serial"
+	OMP_NUM_THREADS=1 $(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile --no-loadscope-reorder -m "not serial"
 	OMP_NUM_THREADS=1 $(PY) -m pytest -m serial
 
 # Every default cell of the comparison runs: Horovod's build (minutes, once) is part of the first demo.

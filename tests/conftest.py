@@ -5,6 +5,7 @@
 - No test reads or writes the user's ~/.paratrain (a temporary PARATRAIN_HOME for the whole session).
 - Under CI=true, a test skipped because a backend that `make test` installs is missing becomes a failure: a
   broken install must never look like a green run.
+- The files that take longest start first (see ``pytest_collection_modifyitems``).
 """
 
 from __future__ import annotations
@@ -52,6 +53,21 @@ def _no_leaks():
     if dist.is_available() and dist.is_initialized():
         dist.destroy_process_group()
         pytest.fail("test left a live process group")
+
+
+def pytest_collection_modifyitems(config, items):
+    """Files in the order of their cost, the longest first: files marked ``first`` (one run of minutes), then by
+    how many of their tests start processes. `make test` hands whole files to two pytest-xdist workers in this
+    order (``--dist loadfile --no-loadscope-reorder``); xdist's own order, by test count, started the demo's
+    compare (one test, minutes) last, and one worker idled while the other ran it."""
+    def file(item: pytest.Item) -> str:
+        return item.nodeid.split("::", 1)[0]
+
+    first: set[str] = {file(item) for item in items if item.get_closest_marker("first")}
+    processes: dict[str, int] = {}
+    for item in items:
+        processes[file(item)] = processes.get(file(item), 0) + bool(item.get_closest_marker("multiprocess"))
+    items.sort(key=lambda item: (file(item) not in first, -processes[file(item)]))  # stable: a file stays whole
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -44,26 +44,6 @@ def test_the_reference_is_one_process_on_one_device_of_either_framework():
     assert reference_cell([cell("multiworker", 2)]) is None
 
 
-@requires("tensorflow", "tf_keras")
-@pytest.mark.slow
-@pytest.mark.multiprocess
-def test_keras_cells_train_the_same_as_torch(tmp_path):
-    proc = check(paratrain("compare", "--strategies", "single,mirrored,multiworker", "--nproc", "2", "--steps", "30",
-                           "--warmup", "2", "--out", str(tmp_path / "out"), "--db", str(tmp_path / "h.db"), "--json",
-                           timeout=400))
-    results = json.loads(proc.stdout)
-    cells = {c["key"]: c for c in results["cells"]}
-    assert {"single×1", "mirrored×2", "multiworker×2"} <= set(cells)
-    for key in ("mirrored×2", "multiworker×2"):
-        cell = cells[key]
-        assert cell["status"] == "ok" and cell["framework"] == "tensorflow" and len(cell["losses"]) == 30, cell
-        assert cell["loss_max_abs_diff"] <= 1e-4 and cell["equivalence"] == "exact", cell["equivalence_reason"]
-        assert cell["state_bytes"] and all(b > 0 for b in cell["state_bytes"])
-    cross = results["cross_framework"]
-    assert cross["same"] and cross["max_abs_diff"] <= 1e-4 and cross["reference"] == "single×1"
-    assert "**PyTorch vs Keras**" in (tmp_path / "out" / "report.md").read_text()
-
-
 @requires("tensorflow", "tf_keras", "horovod")
 @pytest.mark.slow
 @pytest.mark.multiprocess

@@ -1,32 +1,32 @@
 """The README's first command, as a new user runs it: `make demo`'s compare line, relative `--out`, from a folder
 that is not the repository. Every other compare test passes an absolute folder; this one is the test that sees
 what a user sees (a relative metrics folder once left every cell of the demo with nothing measured while the
-rest of the suite stayed green)."""
+rest of the suite stayed green).
+
+The same run (every default method at 1 and 2 processes: the longest in the suite) is also where the default
+cells' own promises are checked — DeepSpeed's state against advise, Horovod's unseen communication, the Keras
+cells against torch — instead of each starting a compare of its own."""
 
 from __future__ import annotations
 
-import json
 import os
-import re
-import shlex
 
 import pytest
 from matplotlib import image
 
+from paratrain.advise import memory, models
+from paratrain.advise.methods import get
+from tests.helpers import default_compare as default_compare_run
 from tests.helpers.launch import ROOT, paratrain
+from tests.helpers.requirements import requires
 
-pytestmark = pytest.mark.multiprocess
-STEPS = "40"  # the demo's own 120 steps measure nothing more here; 40 leave 35 timed steps after the warm-up
+# whichever test comes first runs the compare; the file starts first under `make test` (the suite's longest)
+pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(1200), pytest.mark.first]
 
 
-def demo_command() -> list[str]:
-    """The compare line of the Makefile's demo target, as written there (without the venv's path)."""
-    text = (ROOT / "Makefile").read_text()
-    target = re.search(r"^demo:.*?\n((?:\t.*\n)+)", text, re.M)
-    assert target, "the Makefile has no demo target"
-    line = next(ln for ln in target.group(1).splitlines() if "paratrain compare" in ln)
-    words = shlex.split(line.strip())
-    return words[words.index("compare"):]
+@pytest.fixture(scope="module")
+def default_compare(tmp_path_factory) -> default_compare_run.DefaultCompare:
+    return default_compare_run.run(tmp_path_factory.mktemp("default-compare"))
 
 
 def colourful_pixels(png) -> int:
@@ -35,18 +35,14 @@ def colourful_pixels(png) -> int:
     return int(((pixels.max(axis=-1) - pixels.min(axis=-1)) > 0.3).sum())
 
 
-@pytest.mark.timeout(1200)
-def test_make_demo_compare_from_another_folder_measures_every_default_cell(tmp_path):
-    command = demo_command()
-    out = command[command.index("--out") + 1]
-    assert not os.path.isabs(out), "the demo writes to a relative folder; this test is about that case"
-    user = tmp_path / "somewhere" / "else"
-    user.mkdir(parents=True)
-    proc = paratrain(*command, "--steps", STEPS, cwd=user, timeout=1100)
+def test_make_demo_compare_from_another_folder_measures_every_default_cell(default_compare):
+    """`default_compare` is the Makefile's demo line run from another folder (tests/helpers/default_compare.py)."""
+    run = default_compare
+    assert not os.path.isabs(run.out), "the demo writes to a relative folder; this test is about that case"
+    proc = run.proc
     assert proc.returncode == 0, f"exit {proc.returncode}\n{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}"
-    folder = user / out
-    results = json.loads((folder / "results.json").read_text())
-    assert not (ROOT / out).exists() or (ROOT / out).stat().st_mtime < (folder / "results.json").stat().st_mtime
+    folder, results = run.folder, run.results
+    assert not (ROOT / run.out).exists() or (ROOT / run.out).stat().st_mtime < (folder / "results.json").stat().st_mtime
     for cell in results["cells"]:
         if cell["status"] == "unavailable" and os.environ.get("CI") != "true":
             continue  # a developer's machine without a backend; CI installs every one
@@ -59,8 +55,60 @@ def test_make_demo_compare_from_another_folder_measures_every_default_cell(tmp_p
     assert len(plots) >= 4, plots
     for png in plots:
         assert colourful_pixels(png) > 500, f"{png.name} is an empty frame"
-    report = (folder / "report.md").read_text()
+    report = run.report
     assert "No recommendation" not in report and "nothing to measure" not in report
+
+
+@requires("deepspeed")
+def test_compare_cells_are_exact_and_count_the_engines_state(default_compare):
+    cells = default_compare.cells  # `make demo`'s compare: every stage at 1 and 2 processes, and single
+    stages = [k for k in cells if k.startswith("deepspeed:") or k == "single×1"]
+    assert all(cells[k]["status"] == "ok" and cells[k]["equivalence"] == "exact" for k in stages), \
+        {k: (cells[k]["status"], cells[k]["error"], cells[k]["equivalence_reason"]) for k in stages}
+    keys = {1: "deepspeed:zero1×2", 2: "deepspeed:zero2×2", 3: "deepspeed:zero3×2"}  # as written
+    assert {cells[k]["param_count"] for k in keys.values()} == {cells["single×1"]["param_count"]}  # ZeRO-3 too
+    # what the engine holds (master copies, partitions, flat buffers — not model.parameters()) is what `advise`
+    # predicts from DeepSpeed's layouts, to a few scalars (step counter, gradient norm, overflow flag)
+    spec, plan = models.from_bundled("mlp"), memory.Plan(ranks=2, optimizer="sgd-momentum")  # the mlp's optimizer
+    for stage, key in keys.items():
+        predicted = memory.rank_memory(spec, get(f"deepspeed:zero{stage}").sharding, plan, rank=0)
+        if stage == 1:  # advise counts ZeRO-1's whole gradients, held through backward; at the step only the
+            # tensors overlapping this rank's partition are left (ZeRO-2's figure)
+            predicted.grads = 4 * memory.flat_overlap(spec, 2, 0)
+        measured = cells[key]["state_bytes"][0]
+        assert 0 <= measured - predicted.state <= 64, (stage, measured, predicted)
+
+
+@requires("horovod")
+def test_compare_never_reports_horovods_unseen_communication_as_zero(default_compare):
+    """The torch profiler does not see Horovod's collectives (its own C++ thread runs them): the cell says "not
+    measured" (None), never 0 MB sent and 0 % of the step in communication."""
+    cell = default_compare.cells["horovod×2"]  # `make demo`'s compare
+    assert cell["status"] == "ok" and cell["breakdown"] is not None, cell
+    for key in ("comm_bytes_per_step", "comm_share"):
+        assert cell[key] is None or cell[key] > 0, (key, cell[key])
+    assert cell["breakdown"]["comm_exposed_s"] is None or cell["breakdown"]["comm_exposed_s"] > 0
+    breakdown = default_compare.report.split("## Where the time goes", 1)[1]
+    row = next(line for line in breakdown.splitlines() if line.startswith("| horovod×2 |"))
+    assert "not measured" in row and " 0.00 |" not in row, row
+
+
+@requires("tensorflow", "tf_keras")
+@pytest.mark.slow
+@pytest.mark.multiprocess
+def test_keras_cells_train_the_same_as_torch(default_compare):
+    results = default_compare.results  # `make demo`'s compare: the Keras methods are among its default cells
+    cells = default_compare.cells
+    steps = results["settings"]["steps"]
+    assert {"single×1", "mirrored×2", "multiworker×2"} <= set(cells)
+    for key in ("mirrored×1", "mirrored×2", "multiworker×2"):
+        cell = cells[key]
+        assert cell["status"] == "ok" and cell["framework"] == "tensorflow" and len(cell["losses"]) == steps, cell
+        assert cell["loss_max_abs_diff"] <= 1e-4 and cell["equivalence"] == "exact", cell["equivalence_reason"]
+        assert cell["state_bytes"] and all(b > 0 for b in cell["state_bytes"])
+    cross = results["cross_framework"]
+    assert cross["same"] and cross["max_abs_diff"] <= 1e-4 and cross["reference"] == "single×1"
+    assert "**PyTorch vs Keras**" in default_compare.report
 
 
 def test_a_compare_in_which_no_cell_finishes_exits_non_zero(tmp_path):
