@@ -6,6 +6,7 @@ exactly the processes it started (by their process-group id) and nothing else.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -55,17 +56,23 @@ def _nothing_recorded(script: str) -> str:
 
 
 def _stop(proc: subprocess.Popen) -> None:
-    """Terminate the run's whole process group (torchrun and its workers), then make sure."""
+    """Terminate the run's whole process group (torchrun and its workers), then make sure: the group, not only
+    `paratrain run`, must be gone — a worker still saving its notes outlives its launcher by a moment, longer on a
+    loaded machine."""
     for sig, wait in ((signal.SIGTERM, 10), (signal.SIGKILL, 5)):
         try:
             os.killpg(proc.pid, sig)
         except ProcessLookupError:
             return
-        try:
+        deadline = time.monotonic() + wait
+        with contextlib.suppress(subprocess.TimeoutExpired):
             proc.wait(timeout=wait)
-            return
-        except subprocess.TimeoutExpired:
-            continue
+        while time.monotonic() < deadline:
+            try:
+                os.killpg(proc.pid, 0)  # anyone left in the group?
+            except ProcessLookupError:
+                return
+            time.sleep(0.05)
 
 
 def run_cell(spec: CellSpec, folder: Path, *, warmup: int, timeout: float, tokens_per_sample: int | None = None,
