@@ -126,7 +126,7 @@ def many_cells_results() -> dict[str, Any]:
             one[strategy] = sps
         cell = _cell(f"{strategy}×{n}", strategy, n, sps, 12.5 / n if sharded else 12.5, 800.0 + 97.0 * i, i,
                      0.0 if n == 1 else 1e-7, _losses())
-        cell["scaling_efficiency"] = sps / (n * (base if n > 1 else sps))  # as compare.finalize computes it
+        cell["scaling_efficiency"] = sps / (n * (base if n > 1 else sps))  # as bench/finalize.py computes it
         cell["breakdown"] = _breakdown(cell["step_time_median_s"], 0.0 if n == 1 else 0.1 + 0.02 * i)
         cells.append(cell)
     return sample_results(cells=cells, settings={**sample_results()["settings"], "strategies": list(dict.fromkeys(

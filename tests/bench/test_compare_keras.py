@@ -6,7 +6,8 @@ import json
 
 import pytest
 
-from paratrain.bench.compare import CompareSettings, default_strategies, plan_cells, reference_cell
+from paratrain.bench.compare import CompareSettings, default_strategies, plan_cells
+from paratrain.bench.finalize import reference_cell
 from tests.helpers.launch import ROOT, check, paratrain
 from tests.helpers.requirements import requires
 

@@ -247,7 +247,7 @@ def test_efficiency_base_is_the_same_method_on_one_process_else_the_reference():
     results = noisy_base_results()
     cells = {c["key"]: c for c in results["cells"]}
     assert efficiency_base(cells["fsdp×2"], results)["key"] == "fsdp×1"
-    del results["cells"][4]  # no fsdp×1: compare.finalize measured fsdp×2 against single×1
+    del results["cells"][4]  # no fsdp×1: finalize measured fsdp×2 against single×1
     assert efficiency_base(cells["fsdp×2"], results)["key"] == "single×1"
 
 

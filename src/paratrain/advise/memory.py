@@ -28,6 +28,7 @@ OPTIMIZERS = ("sgd", "sgd-momentum", "adam", "adamw")
 _STATES = {"sgd": 0, "sgd-momentum": 1, "adam": 2, "adamw": 2}  # fp32 tensors per parameter
 ADAM_STEP_BYTES = 4  # torch's Adam keeps its step count as a one-element fp32 tensor per parameter tensor
 HOROVOD_FUSION_BYTES = 64 * 1024 * 1024  # HOROVOD_FUSION_THRESHOLD's default
+USABLE = 0.9  # of a GPU's memory: the CUDA context, allocator fragmentation and temporaries take the rest
 
 
 @dataclass(frozen=True, kw_only=True)

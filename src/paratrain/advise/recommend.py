@@ -18,13 +18,13 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from paratrain.advise import comm, memory
+from paratrain.advise.memory import USABLE
 from paratrain.advise.methods import MethodModel, all_methods
 from paratrain.advise.models import ModelSpec
 from paratrain.bench.recommend import NOISE
 from paratrain.strategies import registry
 
 GIB = 1 << 30
-USABLE = 0.9  # of a GPU's memory: the CUDA context, allocator fragmentation and temporaries take the rest
 MAX_SUGGESTED_GPUS = 4096
 
 

@@ -15,8 +15,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from paratrain import __version__
+from paratrain.bench import budget as budget_
 from paratrain.bench import equivalence
-from paratrain.bench.results import SCHEMA_VERSION, complete
+from paratrain.bench.finalize import EQUIVALENCE_TOL, finalize
 from paratrain.bench.runner import CellSpec, run_cell
 from paratrain.errors import ConfigError
 from paratrain.launcher.config import DEFAULT_CONFIG, script_framework, script_path
@@ -28,16 +29,9 @@ if TYPE_CHECKING:
     from paratrain.workloads import Workload
 
 PROFILE_STEPS = 3  # steps under the torch profiler per cell (breakdown of communication)
-EQUIVALENCE_TOL = 1e-5
-# In bf16/fp16 a split batch rounds differently (8 or 11 significant bits instead of 24): 1e-2 is a few bf16
-# roundings of a loss near 1 (tests/test_options.py measures 5e-4 after 30 steps and explains the bound).
-EQUIVALENCE_TOL_16BIT = 1e-2
 WORKLOAD_SCRIPT = str(Path(__file__).resolve().parents[1] / "workloads" / "train.py")
 KERAS_SCRIPT = str(Path(__file__).resolve().parents[1] / "workloads" / "train_keras.py")
 KERAS_WORKLOADS = ("mlp",)  # bundled workloads with a Keras twin
-# A Keras cell against the torch reference: the same model, data, initial weights and optimizer in another
-# framework's kernels (measured on the mlp: 1.8e-6 over 120 steps).
-CROSS_FRAMEWORK_TOL = 1e-4
 Progress = Callable[[str, str, dict[str, Any] | None], None]  # (cell key, status text, finished cell or None)
 
 
@@ -57,7 +51,7 @@ class CompareSettings:
     depth: int | None = None  # transformer blocks (gpt)
     precision: str | None = None  # a training option for every cell (paratrain run --precision); None: fp32
     activation_checkpointing: bool = False  # every torch cell with --activation-checkpointing
-
+    memory_per_rank: float | None = None  # GiB each rank may use (bench/budget.py); None: on GPUs, the device's
 
     def __post_init__(self) -> None:
         if not self.nproc or any(n < 1 for n in self.nproc):
@@ -71,6 +65,8 @@ class CompareSettings:
             from paratrain import options
 
             options.given({"precision": self.precision})
+        if self.memory_per_rank is not None and not self.memory_per_rank > 0:
+            raise ConfigError(f"--memory-per-rank {self.memory_per_rank:g} must be a positive number of GiB, e.g. 0.5")
         if self.scaling not in ("strong", "weak"):
             raise ConfigError(f'--scaling "{self.scaling}" must be strong or weak')
         if self.script is not None:
@@ -86,6 +82,8 @@ class Cell:
     reason: str = ""  # why it cannot run, for unavailable cells
     normalized: str = ""  # the canonical spelling (deepspeed:zero_stage=1), for code that compares methods
     framework: str = ""  # of the training it runs (horovod runs a Keras script as a Keras cell); "" = the method's
+    predicted: dict[str, Any] | None = None  # advise's bytes for its busiest rank (bench/budget.py)
+    status: str = "unavailable"  # of a cell that is not run: unavailable, or does_not_fit under a memory budget
 
     @property
     def key(self) -> str:
@@ -212,6 +210,7 @@ def plan_cells(settings: CompareSettings) -> list[Cell]:
     names = strategies(settings)
     script, args = _script_args(settings)  # the same training for every cell
     torch_flags, gpus = _run_flags(settings), visible_gpus()  # the same for every method: read once
+    budget, workload = budget_.resolve(settings.memory_per_rank, gpus), _workload(settings)
     cells: list[Cell] = []
     for spec in names:
         name, _ = registry.parse_spec(spec)
@@ -239,9 +238,14 @@ def plan_cells(settings: CompareSettings) -> list[Cell]:
             if gpus and n > gpus:  # one process (or replica) per GPU: a launch would refuse it
                 cells.append(Cell(None, spec, n, f"needs {n} GPUs, {gpus} visible", normalized))
                 continue
+            predicted, misfit = budget_.size_cell(normalized, n, settings, workload, budget, framework)
+            if misfit:
+                cells.append(Cell(None, spec, n, misfit, normalized, predicted=predicted, status="does_not_fit"))
+                continue
             cells.append(Cell(CellSpec(normalized, n, run_script, args, flags, _max_steps(settings)), spec, n,
-                              normalized=normalized, framework=framework))
+                              normalized=normalized, framework=framework, predicted=predicted))
     if not any(c.spec for c in cells):
+        budget_.refuse_if_none_fit([(c.key, c.reason) for c in cells if c.status == "does_not_fit"], budget)
         raise ConfigError("none of the requested methods can run here", hint="see `paratrain doctor`")
     return cells
 
@@ -271,6 +275,7 @@ def run_compare(settings: CompareSettings, out_dir: Path, progress: Progress | N
     cells = plan_cells(settings)
     say = progress or (lambda key, text, done: None)
     workload = _workload(settings)
+    budget = budget_.resolve(settings.memory_per_rank, visible_gpus())
     tokens = workload.tokens_per_sample if workload else None
     total = settings.steps or (workload.steps if workload else None)
     now = datetime.datetime.now(datetime.timezone.utc)
@@ -280,12 +285,14 @@ def run_compare(settings: CompareSettings, out_dir: Path, progress: Progress | N
         "created": now.isoformat(timespec="seconds"),
         "paratrain": __version__,
         "settings": _settings_dict(settings, workload),
+        "memory_budget": budget.to_json() if budget else None,
         "env": environment(),
         "cells": [],
         "interrupted": False,
     }
     for cell in cells:
-        say(cell.key, "queued" if cell.spec else f"not available: {cell.reason}", None)
+        say(cell.key, "queued" if cell.spec else cell.reason if cell.status == "does_not_fit"
+            else f"not available: {cell.reason}", None)
     try:
         for cell in cells:
             if cell.spec is None:
@@ -304,7 +311,8 @@ def run_compare(settings: CompareSettings, out_dir: Path, progress: Progress | N
                                      tokens_per_sample=tokens, progress=tick,
                                      profile_steps=_profile_steps(settings, total)))
             row = {"key": cell.key, "strategy": cell.strategy, "spec": cell.normalized, "nproc": cell.nproc,
-                   "framework": _framework(cell), **_median_run(runs)}
+                   "framework": _framework(cell), "predicted_mem": cell.predicted, **_median_run(runs)}
+            row["over_budget"] = budget_.over(row, budget)
             results["cells"].append(row)
             say(cell.key, row["status"], row)
         finalize(results)
@@ -347,8 +355,8 @@ def _framework(cell: Cell) -> str:
 
 def _unavailable(cell: Cell) -> dict[str, Any]:
     return {"key": cell.key, "strategy": cell.strategy, "spec": cell.normalized or cell.strategy,
-            "nproc": cell.nproc, "status": "unavailable",
-            "error": cell.reason, "log": None, "framework": _framework(cell)}
+            "nproc": cell.nproc, "status": cell.status, "error": cell.reason, "log": None,
+            "framework": _framework(cell), "predicted_mem": cell.predicted}
 
 
 def _slug(key: str) -> str:
@@ -366,65 +374,8 @@ def _settings_dict(settings: CompareSettings, workload: Workload | None) -> dict
         "tokens_per_sample": workload.tokens_per_sample if workload else None,
         "width": settings.width, "depth": settings.depth, "precision": settings.precision or "fp32",
         "activation_checkpointing": settings.activation_checkpointing,
+        "memory_per_rank": settings.memory_per_rank,
     }
 
 
-def finalize(results: dict[str, Any]) -> None:
-    """Fill the cross-cell columns: the equivalence reference, max |Δloss|, scaling efficiency."""
-    cells = results["cells"]
-    results["schema_version"] = SCHEMA_VERSION
-    for cell in cells:
-        complete(cell)  # every declared key (bench/results.py), at "not measured" where nothing was
-    ok = [c for c in cells if c["status"] == "ok" and c.get("losses")]
-    ref = reference_cell(ok)
-    weak = results["settings"]["scaling"] == "weak"
-    precision = results["settings"].get("precision") or "fp32"
-    results["tolerance"] = EQUIVALENCE_TOL if precision == "fp32" else EQUIVALENCE_TOL_16BIT
-    for cell in cells:
-        cross = ref is not None and cell["framework"] != ref.get("framework", "torch")
-        cell["tolerance"] = max(results["tolerance"], CROSS_FRAMEWORK_TOL) if cross else results["tolerance"]
-    results["reference"] = ref["key"] if ref and not weak else None
-    results.setdefault("floors", {})
-    for cell in ok:
-        if ref is not None and not weak:
-            n = min(len(cell["losses"]), len(ref["losses"]))
-            if n:
-                cell["loss_max_abs_diff"] = max(abs(a - b) for a, b in zip(cell["losses"][:n], ref["losses"][:n],
-                                                                            strict=True))
-        base = next((c for c in ok if c["strategy"] == cell["strategy"] and c["nproc"] == 1), ref)
-        if base is not None and base.get("samples_per_s") and cell.get("samples_per_s"):
-            cell["scaling_efficiency"] = cell["samples_per_s"] / (cell["nproc"] * base["samples_per_s"])
-    equivalence.judge(results, ref if results["reference"] else None)
-    results["cross_framework"] = _cross_framework(ok, ref if results["reference"] else None)
-    results.setdefault("recommendation", None)
-
-
-def reference_cell(ok: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The cell every other is measured against: single×1; else a torch one-process cell (a run without single);
-    else mirrored×1, TensorFlow's one process on one device (a Keras script); else any one-process cell."""
-    def rank(cell: dict[str, Any]) -> int:
-        if cell["strategy"] == "single":
-            return 0
-        if cell.get("framework", "torch") == "torch":
-            return 1
-        return 2 if cell["strategy"] == "mirrored" else 3
-
-    one = [c for c in ok if c["nproc"] == 1]
-    return min(one, key=rank) if one else None  # the first of the best rank: cells keep the order asked for
-
-
-def _cross_framework(ok: list[dict[str, Any]], ref: dict[str, Any] | None) -> dict[str, Any] | None:
-    """PyTorch against Keras: the largest loss difference of the other framework's cells from the reference."""
-    if ref is None:
-        return None
-    theirs = ref.get("framework", "torch")
-    other = [c for c in ok if c["framework"] != theirs and c.get("loss_max_abs_diff") is not None]
-    if not other:
-        return None
-    worst = max(other, key=lambda c: c["loss_max_abs_diff"])
-    return {"reference": ref["key"], "cells": [c["key"] for c in other], "worst": worst["key"],
-            "max_abs_diff": worst["loss_max_abs_diff"], "steps": min(len(c["losses"]) for c in other),
-            "tolerance": worst["tolerance"], "same": all(c["loss_max_abs_diff"] <= c["tolerance"] for c in other)}
-
-
-__all__ = ["EQUIVALENCE_TOL", "CompareSettings", "plan_cells", "run_compare"]
+__all__ = ["EQUIVALENCE_TOL", "CompareSettings", "finalize", "plan_cells", "run_compare"]

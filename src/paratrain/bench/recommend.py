@@ -33,7 +33,7 @@ def throughput(cell: dict[str, Any]) -> float | None:
 
 def tolerance(item: dict[str, Any]) -> float:
     """The equivalence tolerance a cell (or a whole run) was judged by: 1e-5 in fp32, wider in 16-bit precisions
-    (compare.finalize records it; older results have none and were fp32)."""
+    (bench/finalize.py records it; older results have none and were fp32)."""
     return item.get("tolerance") or TOLERANCE
 
 
@@ -61,7 +61,7 @@ def step_spread(cell: dict[str, Any]) -> float | None:
 
 
 def efficiency_base(cell: dict[str, Any], results: dict[str, Any]) -> dict[str, Any] | None:
-    """The one-process cell ``cell``'s efficiency was measured against, as compare.finalize chose it: the same
+    """The one-process cell ``cell``'s efficiency was measured against, as bench/finalize.py chose it: the same
     method on one process, else the reference."""
     ok = [c for c in results.get("cells") or [] if throughput(c)]
     same = next((c for c in ok if c.get("strategy") == cell.get("strategy") and c.get("nproc") == 1), None)
@@ -228,6 +228,24 @@ def _noisy_steps_line(cell: dict[str, Any]) -> str:
             "machine.")
 
 
+def gib_(n: float) -> str:
+    return f"{n / (1 << 30):.3g} GiB"
+
+
+def _budget_line(results: dict[str, Any], unfit: list[dict[str, Any]], win: dict[str, Any] | None) -> str:
+    """Why the cells a memory budget kept from running could not be chosen, and what fitted instead."""
+    budget = results.get("memory_budget") or {}
+    gib = f"{gib_(budget['bytes'])} per rank" if budget.get("bytes") else "the memory budget"
+    why = "; ".join(f"{c['key']} {str(c.get('error') or '').removeprefix('does not fit: ')}" for c in unfit)
+    fitted = ""
+    if win is not None:
+        said = [f"advise predicts {gib_(win['predicted_mem']['total'])}"] if win.get("predicted_mem") else []
+        peak = rank_max(win.get("peak_mem_bytes"))
+        said += [f"it peaked at {gib_(peak)}"] if peak is not None else []
+        fitted = f" {win['key']} fits" + (f" ({', '.join(said)} per rank)" if said else "") + "."
+    return f"Not started, as they cannot fit {gib} ({budget.get('source', 'budget')}): {why}.{fitted}"
+
+
 def recommend(results: dict[str, Any]) -> dict[str, Any]:
     """``{"winner": key or None, "lines": [...]}``: the fastest ok cell whose losses match the reference (or were
     not compared), and one sentence per cell saying how it compares, grounded in the measured numbers.
@@ -238,7 +256,7 @@ def recommend(results: dict[str, Any]) -> dict[str, Any]:
     if not cells:
         return {"winner": None, "lines": ["No methods were run, so there is nothing to compare."]}
     ok = [c for c in ranked(results) if throughput(c) is not None]
-    candidates = [c for c in ok if not is_flagged(c)]
+    candidates = [c for c in ok if not is_flagged(c) and not c.get("over_budget")]
     ref_key = results.get("reference")
     win = _simplest_of_the_fastest(candidates, ref_key)
     base = next((c for c in ok if c["key"] == ref_key), None)
@@ -251,12 +269,17 @@ def recommend(results: dict[str, Any]) -> dict[str, Any]:
             lines.append(f"{fastest['key']} measured {_x(throughput(fastest) / throughput(win))} {win['key']}, within "
                          f"run-to-run noise (±{noise(candidates) * 100:.0f} %, {measured}): a tie, so the simpler "
                          f"{win['key']} is recommended.")
+    elif ok and any(not is_flagged(c) for c in ok):
+        lines.append("No recommendation: every method that trained the same model went above the memory budget.")
     elif ok:
         beyond = ("beyond the noise floors measured in this run" if results.get("floors")
                   else f"by more than {tolerance(results):.0e}")
         lines.append(f"No recommendation: every method that finished has losses that differ from {ref_key} {beyond}.")
     else:
         lines.append("No recommendation: no method finished; the reasons are below.")
+    unfit = [c for c in cells if c.get("status") == "does_not_fit"]
+    if unfit:
+        lines.append(_budget_line(results, unfit, win))
     if ok and base is None:
         one = "mirrored" if all(c.get("framework") == "tensorflow" for c in ok) else "single"
         lines.append("No single-process reference finished, so speed-ups and loss equivalence are not measured "
@@ -264,8 +287,9 @@ def recommend(results: dict[str, Any]) -> dict[str, Any]:
     lines += [_other_line(c, win, ref_key) for c in ok if c is not win]
     if win is not None:
         lines += _memory_lines(ok, win)
+    lines += [f"{c['key']} ran, but {c['over_budget']}: not recommended." for c in ok if c.get("over_budget")]
     lines += [f"{c['key']} {c.get('status')}: {c.get('error') or 'no reason recorded'}"
-              for c in cells if not is_ok(c)]
+              for c in cells if not is_ok(c) and c.get("status") != "does_not_fit"]
     lines += [_oversubscribed_line(c, results) for c in ok if c.get("oversubscribed")]
     lines += [_noisy_steps_line(c) for c in ok if (step_spread(c) or 0.0) >= NOISY_STEPS]
     lines += bound_lines(results, win["key"] if win else None)

@@ -114,7 +114,11 @@ def _quality(cell: dict[str, Any]) -> str:
 def _status(cell: dict[str, Any]) -> tuple[str, str | None]:
     """(status word, reason or None)."""
     if is_ok(cell):
+        if cell.get("over_budget"):
+            return "ok, OVER BUDGET", str(cell["over_budget"])
         return ("ok, NOT EQUIVALENT" if is_flagged(cell) else "ok"), None
+    if cell.get("status") == "does_not_fit":
+        return "does not fit", str(cell.get("error") or "").removeprefix("does not fit: ")
     return str(cell.get("status")), cell.get("error") or "no reason recorded"
 
 
@@ -170,7 +174,7 @@ def results_table(results: dict[str, Any]) -> Table:
         if cell["key"] == winner:
             cols[0] = f"[bold green]{cols[0]}[/]"
         word, why = _status(cell)
-        colour = {"ok": "green", "unavailable": "yellow"}.get(word, "red")
+        colour = {"ok": "green", "unavailable": "yellow", "does not fit": "yellow"}.get(word, "red")
         cols.append(f"[{colour}]{escape(word)}[/]" + (f": {escape(why)}" if why else ""))
         table.add_row(*cols)
     return table
@@ -208,6 +212,8 @@ def reproduce_command(results: dict[str, Any]) -> str:
             cmd += [f"--{key}", str(s[key])]
     if s.get("precision") not in (None, "fp32"):
         cmd += ["--precision", str(s["precision"])]
+    if s.get("memory_per_rank") is not None:
+        cmd += ["--memory-per-rank", f"{s['memory_per_rank']:g}"]
     return shlex.join(cmd)
 
 
@@ -227,7 +233,13 @@ def _settings_md(results: dict[str, Any]) -> list[str]:
             f"- Scaling: {s.get('scaling')}, global batch {_or_script(s.get('global_batch'), 'the script’s loader')}"
             f"{tokens}",
             f"- Precision: {s.get('precision') or 'fp32'}",
+            *_budget_md(results),
             f"- CPU threads: {_threads_text(results)}"]
+
+
+def _budget_md(results: dict[str, Any]) -> list[str]:
+    budget = results.get("memory_budget")
+    return [f"- Memory budget: {budget['bytes'] / (1 << 30):.3g} GiB per rank ({budget['source']})"] if budget else []
 
 
 def _threads_text(results: dict[str, Any]) -> str:
@@ -254,13 +266,20 @@ def _env_md(results: dict[str, Any]) -> list[str]:
             f"- Host: {env.get('hostname')}", f"- GPUs: {gpu_text}", f"- CPU: {cpu_text}"]
 
 
+def _memory_md(results: dict[str, Any]) -> list[str]:
+    from paratrain.bench.budget import memory_markdown
+
+    lines = memory_markdown(results)
+    return ["## Memory per rank", "", *lines, ""] if lines else []
+
+
 def _report_md(results: dict[str, Any], plots: list[Path] | None) -> str:
     rec = results["recommendation"]
     parts = [f"# paratrain compare — {results.get('id')}", "",
              f"Created {results.get('created')} with paratrain {results.get('paratrain')}.", "",
              "## Settings", "", *_settings_md(results), "", "## Environment", "", *_env_md(results), "",
              "## Results", "", results_markdown(results), "## Where the time goes", "",
-             *breakdown_markdown(results), "", "## Recommendation", "",
+             *breakdown_markdown(results), "", *_memory_md(results), "## Recommendation", "",
              *[f"- {line}" for line in rec["lines"]], "", "## Plots", ""]
     if plots is None:
         parts.append('Plots were skipped: matplotlib is not installed. Install it with `pip install '

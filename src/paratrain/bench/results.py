@@ -56,6 +56,8 @@ class CellResult:
     peak_mem_bytes: list[int | None] = field(default_factory=list)
     peak_mem_kind: str = "rss"
     state_bytes: list[int | None] = field(default_factory=list)
+    predicted_mem: dict[str, Any] | None = None
+    over_budget: str | None = None
     param_count: int | None = None
     model: dict[str, Any] | None = None
     # loss and equivalence

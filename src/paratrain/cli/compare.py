@@ -124,6 +124,12 @@ def compare(
     width: int = typer.Option(None, "--width", help="Bundled workload size: hidden size (mlp), channels "
                                                                 "(cnn), model dim (gpt)."),
     depth: int = typer.Option(None, "--depth", help="Transformer blocks of the gpt workload."),
+    memory_per_rank: float = typer.Option(None, "--memory-per-rank", metavar="GIB",
+                                          help="Memory each rank may use, in GiB. Cells of a bundled workload "
+                                               "that advise's memory model says cannot fit are not started (they "
+                                               "read 'does not fit: needs …'); a cell whose measured peak exceeds "
+                                               "it is not recommended. Default: on GPUs the device's usable "
+                                               "memory; on CPU none."),
     sweep: str = typer.Option(None, "--sweep", help="Compare at several sizes of the bundled workload, e.g. "
                               "width=64,128,256: a report per size, and where the winner changes."),
     out_dir: str = typer.Option(None, "--out", help="Output folder (default runs/compare-<workload>-<time>/)."),
@@ -166,7 +172,8 @@ def compare(
                                    nproc=_parse_nproc(nproc) if nproc else default_nproc(),
                                    steps=steps, warmup=warmup, repeat=repeat, scaling=scaling, timeout=timeout,
                                    width=size["width"], depth=size["depth"], precision=train.get("precision"),
-                                   activation_checkpointing=bool(train.get("activation_checkpointing")))
+                                   activation_checkpointing=bool(train.get("activation_checkpointing")),
+                                   memory_per_rank=memory_per_rank)
         if sweep_root is not None:
             folder = sweep_root / f"{sweep_key}-{value}"
         else:
@@ -212,8 +219,8 @@ def _nothing_measured(all_results: list[dict]) -> None:
     empty = [r for r in all_results if not any(c.get("status") == "ok" for c in r["cells"])]
     if empty:
         cells = [c for r in empty for c in r["cells"]]
-        failed = sum(c.get("status") not in ("ok", "unavailable") for c in cells)
-        raise LaunchError(f"no cell finished ({failed} failed, {len(cells) - failed} unavailable): nothing was "
+        failed = sum(c.get("status") not in ("ok", "unavailable", "does_not_fit") for c in cells)
+        raise LaunchError(f"no cell finished ({failed} failed, {len(cells) - failed} not run): nothing was "
                           f"measured in {', '.join(r['id'] for r in empty)}",
                           hint="each cell's reason is listed above; its full output is in cells/<cell>/run1/log.txt")
 

@@ -7,10 +7,15 @@ them back.
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from typing import Any
 
 import torch
+
+# What a workload builds its model inside (and nothing else: its data stays real): train.py passes
+# session.init_module, so that under fsdp and deepspeed:zero3 only rank 0 ever holds the whole model.
+Init = Callable[[], AbstractContextManager[Any]]
 
 
 @dataclass(frozen=True)

@@ -6,6 +6,7 @@ Blocks live in an ``nn.ModuleList`` so FSDP shards them one by one, as it would 
 from __future__ import annotations
 
 import math
+from contextlib import nullcontext
 from importlib import resources
 
 import torch
@@ -14,7 +15,7 @@ from torch import nn
 from torch.utils.data import Dataset, Subset
 
 from paratrain.errors import ConfigError
-from paratrain.workloads.base import Built, Workload
+from paratrain.workloads.base import Built, Init, Workload
 
 SEQ_LEN = 64
 
@@ -80,7 +81,7 @@ def _perplexity(sums: dict[str, float]) -> dict[str, float]:
     return {"perplexity": math.exp(sums["nll"] / sums["tokens"]) if sums.get("tokens") else float("nan")}
 
 
-def build(width: int = 64, depth: int = 2, heads: int = 4, seed: int = 0) -> Built:
+def build(width: int = 64, depth: int = 2, heads: int = 4, seed: int = 0, init: Init = nullcontext) -> Built:
     """``width`` is the model dimension (a multiple of ``heads``), ``depth`` the number of blocks."""
     if width % heads:
         raise ConfigError(f"gpt width {width} must be a multiple of {heads} (attention heads)")
@@ -90,7 +91,8 @@ def build(width: int = 64, depth: int = 2, heads: int = 4, seed: int = 0) -> Bui
     ids = torch.tensor([vocab.index(c) for c in text], dtype=torch.long)
     split = int(len(ids) * 0.9)
     torch.manual_seed(seed)
-    model = TinyGPT(len(vocab), dim, depth, heads)
+    with init():
+        model = TinyGPT(len(vocab), dim, depth, heads)
     test = CharWindows(ids[split:])
     every = max(1, len(test) // 64)  # 64 spread-out windows: a perplexity in a fraction of a second
     return Built(model, CharWindows(ids[:split]), Subset(test, range(0, len(test), every)), _loss, _nll, _perplexity)

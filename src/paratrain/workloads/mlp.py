@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import torch
 from torch import nn
 from torch.utils.data import TensorDataset
 
 from paratrain.errors import ConfigError
-from paratrain.workloads.base import Built, Workload
+from paratrain.workloads.base import Built, Init, Workload
 
 TEST_SAMPLES = 297  # 1,797 images: 1,500 to train on, the rest to measure accuracy
 
@@ -41,14 +43,16 @@ def accuracy(sums: dict[str, float]) -> dict[str, float]:
     return {"accuracy": sums["correct"] / sums["count"] if sums.get("count") else float("nan")}
 
 
-def build(width: int = 512, depth: int | None = None, seed: int = 0) -> Built:
+def build(width: int = 512, depth: int | None = None, seed: int = 0, init: Init = nullcontext) -> Built:
     """``width`` is the hidden size; ``depth`` does not apply (two hidden layers) and is refused."""
     if depth is not None:
         raise ConfigError("the mlp workload has a fixed depth", hint="use --workload gpt to vary --depth")
     hidden = width
     train, test = digits_split()
     torch.manual_seed(seed)
-    model = nn.Sequential(nn.Linear(64, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(), nn.Linear(hidden, 10))
+    with init():
+        model = nn.Sequential(nn.Linear(64, hidden), nn.ReLU(), nn.Linear(hidden, hidden), nn.ReLU(),
+                              nn.Linear(hidden, 10))
     return Built(model, train, test, nn.CrossEntropyLoss(), correct, accuracy)
 
 

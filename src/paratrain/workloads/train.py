@@ -45,8 +45,8 @@ def main(argv: list[str] | None = None) -> None:
     workload = get(args.workload)
     steps = args.steps or workload.steps
     size = {k: v for k, v in (("width", args.width), ("depth", args.depth)) if v is not None}
-    built = workload.build(**size)
     session = pt.Session(per_rank_batch=args.per_rank_batch or None)  # None: as paratrain run says
+    built = workload.build(**size, init=session.init_module)  # fsdp, zero3: only rank 0 holds the whole model
     lr = args.lr or workload.lr
     if workload.momentum is not None:
         optimizer = torch.optim.SGD(built.model.parameters(), lr=lr, momentum=workload.momentum)

@@ -1,0 +1,175 @@
+"""compare's memory budget (``--memory-per-rank``): which cells cannot fit a rank's memory, before and after running.
+
+It builds on advise's memory model only (``advise/memory.py``, ``models.py``, ``methods.py``), which imports
+nothing of ``bench/``: the rest of ``advise/`` builds on ``bench/`` (the history, the tie rule), not the other way.
+
+Why: the sharded methods exist because a model's training state outgrows one device. A comparison that runs every
+cell on a machine where the model fits everywhere can only ever say "single" or "ddp". With a budget, each cell of
+a bundled workload is first sized by advise's memory model (the same one ``paratrain advise`` ranks methods by, on
+the real module's shapes); a cell predicted not to fit is not started — on a GPU it would only run out of memory —
+and says what it would need. On GPUs a cell that runs is then held to the budget by its measured peak (CUDA's max
+allocated), since a prediction is not a measurement; a CPU's RSS peak counts far more than tensors (see
+:func:`over`) and is shown beside the prediction instead.
+
+On GPUs the default budget is the device's memory less what the CUDA context and the allocator take (advise's
+:data:`~paratrain.advise.memory.USABLE` share); on a CPU there is none unless asked for, and the measured peak is
+the RSS high-water mark above each rank's Session start (``peak_mem_kind``).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from functools import cache
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from paratrain.advise.memory import RankMemory
+    from paratrain.advise.models import ModelSpec
+
+GIB = 1 << 30
+
+
+@dataclass(frozen=True)
+class Budget:
+    bytes: int
+    source: str  # "--memory-per-rank" or "the GPU's memory"
+
+    @property
+    def gib(self) -> float:
+        return self.bytes / GIB
+
+    def to_json(self) -> dict[str, Any]:
+        return {"bytes": self.bytes, "source": self.source}
+
+
+def resolve(memory_per_rank: float | None, gpus: int) -> Budget | None:
+    """The budget a comparison runs under: the flag's, else on GPUs the smallest device's usable memory."""
+    if memory_per_rank is not None:
+        return Budget(int(memory_per_rank * GIB), "--memory-per-rank")
+    if not gpus:
+        return None
+    import torch
+
+    from paratrain.advise.memory import USABLE
+
+    total = min(torch.cuda.get_device_properties(i).total_memory for i in range(gpus))
+    return Budget(int(total * USABLE), "the GPU's memory")
+
+
+@cache
+def _model(workload: str, width: int | None, depth: int | None) -> ModelSpec:
+    from paratrain.advise.models import from_bundled
+
+    return from_bundled(workload, width, depth)
+
+
+def predict(spec: str, nproc: int, *, workload: Any, width: int | None, depth: int | None, precision: str | None,
+            checkpointing: bool, weak: bool) -> RankMemory | None:
+    """What the busiest rank (rank 0) of this cell holds, by advise's model; None where advise has no model of it
+    (a user's script, a method or precision it does not size)."""
+    from paratrain.advise import memory
+    from paratrain.advise.methods import all_methods
+    from paratrain.strategies import registry
+    from paratrain.strategies.base import format_spec
+
+    cls, options = registry.resolve(spec)
+    canonical = format_spec(cls.method, options)  # advise's rows use the canonical spelling (deepspeed:zero2)
+    method = next((m for m in all_methods() if m.spec == canonical), None)
+    if method is None or (precision or "fp32") not in memory.PRECISIONS:
+        return None
+    micro = workload.global_batch if weak else math.ceil(workload.global_batch / nproc)
+    plan = memory.Plan(ranks=nproc, micro_batch=micro, seq_len=workload.tokens_per_sample,
+                       precision=precision or "fp32", checkpointing=checkpointing,
+                       optimizer="sgd-momentum" if workload.momentum is not None else "adamw")
+    return memory.rank_memory(_model(workload.name, width, depth), method.sharding, plan, rank=0)
+
+
+def size_cell(spec: str, nproc: int, settings: Any, workload: Any, budget: Budget | None,
+              framework: str) -> tuple[dict[str, Any] | None, str | None]:
+    """(advise's bytes for the cell's busiest rank, why it is not started) — (None, None) where advise cannot size
+    it: a user's script, a Keras cell."""
+    if workload is None or framework != "torch":
+        return None, None
+    mem = predict(spec, nproc, workload=workload, width=settings.width, depth=settings.depth,
+                  precision=settings.precision, weak=settings.scaling == "weak",
+                  checkpointing=settings.activation_checkpointing)
+    return (mem.to_json() if mem is not None else None), misfit(mem, budget)
+
+
+def refuse_if_none_fit(unfit: list[tuple[str, str]], budget: Budget | None) -> None:
+    """Before anything runs: when the budget leaves no cell to run, one line naming what each would need."""
+    if not unfit or budget is None:
+        return
+    from paratrain.errors import ConfigError
+
+    raise ConfigError(f"no requested method fits {_gib(budget.bytes)} per rank ({budget.source}): "
+                      + "; ".join(f"{key} {why.removeprefix('does not fit: ')}" for key, why in unfit),
+                      hint="add sharded methods (fsdp, deepspeed:zero3) or more processes (--nproc), or raise "
+                           "--memory-per-rank")
+
+
+def need_words(mem: RankMemory) -> str:
+    """``needs 1.2 GiB per rank (states 1.0 GiB, activations 0.15 GiB, buffers 0.05 GiB)``."""
+    parts = [("states", mem.state), ("activations", mem.activations or 0), ("buffers", mem.buffers)]
+    shown = ", ".join(f"{name} {_gib(value)}" for name, value in parts if value)
+    return f"needs {_gib(mem.total)} per rank ({shown})"
+
+
+def misfit(mem: RankMemory | None, budget: Budget | None) -> str | None:
+    """Why the cell is not started, or None when it may run."""
+    if mem is None or budget is None or mem.total <= budget.bytes:
+        return None
+    return f"does not fit: {need_words(mem)}, {_gib(budget.bytes)} budget ({budget.source})"
+
+
+def over(cell: dict[str, Any], budget: Budget | None) -> str | None:
+    """Why a cell that ran broke the budget (its measured peak), or None.
+
+    Only a peak that counts what advise counts is held to the budget: CUDA's max allocated. A CPU's RSS high-water
+    mark also holds the allocator's cached pages, the data, the profiler's records and the engine's own buffers — on
+    the suite's gpt cells 3–4× advise's tensor total (fsdp×2: 414 MiB measured, 130 MiB predicted) — so there the
+    report shows it beside the prediction instead of judging the cell by it."""
+    peaks = [b for b in cell.get("peak_mem_bytes") or [] if b is not None]
+    if not peaks or budget is None or cell.get("peak_mem_kind") != "cuda" or max(peaks) <= budget.bytes:
+        return None
+    return f"its measured peak, {_gib(max(peaks))} per rank, is above the {_gib(budget.bytes)} budget"
+
+
+def _gib(n: float) -> str:
+    return f"{n / GIB:.3g} GiB"
+
+
+def memory_markdown(results: dict[str, Any]) -> list[str]:
+    """The report's memory section: advise's prediction beside the measured peak for every cell it sized, and the
+    budget's verdict. Empty when no cell was sized (a user's script)."""
+    rows = [c for c in results.get("cells") or [] if c.get("predicted_mem")]
+    if not rows:
+        return []
+    budget = results.get("memory_budget")
+    cpu = any(c.get("peak_mem_kind") not in (None, "cuda") for c in rows if c.get("peak_mem_bytes"))
+    out = [f"Budget: {_gib(budget['bytes'])} per rank ({budget['source']})." if budget else
+           "No memory budget (`--memory-per-rank GiB` sets one).",
+           "Predicted by advise's memory model for the busiest rank; measured: the peak the cell's ranks reached "
+           "(see the results table's footnote for what it counts here)."
+           + (" On a CPU that peak is the RSS high-water mark, which also holds the allocator's cached pages, the "
+              "data and the engine's own buffers: it is shown, not held to the budget, which is checked against "
+              "the prediction." if cpu else ""), "",
+           "| cell | advise: states | activations | buffers | total | measured peak | verdict |",
+           "|---|---|---|---|---|---|---|"]
+    for cell in rows:
+        mem = cell["predicted_mem"]
+        peaks = [b for b in cell.get("peak_mem_bytes") or [] if b is not None]
+        state = mem["params"] + mem["grads"] + mem["optimizer"]
+        if cell.get("status") == "does_not_fit":
+            verdict = "does not fit: not started"
+        elif cell.get("over_budget"):
+            verdict = "ran, above the budget"
+        elif cell.get("status") != "ok":
+            verdict = str(cell.get("status"))
+        else:
+            verdict = "fits" if budget else "ran"
+        acts = "not counted" if mem.get("activations") is None else _gib(mem["activations"])
+        out.append(f"| {cell['key']} | {_gib(state)} | {acts} | {_gib(mem['buffers'])} | {_gib(mem['total'])} | "
+                   f"{_gib(max(peaks)) if peaks else '—'} | {verdict} |")
+    return out

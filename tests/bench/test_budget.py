@@ -1,0 +1,105 @@
+"""compare's memory budget (bench/budget.py): which cells are not started, and what the report and the
+recommendation say about them. Planning only here (no process starts); tests/bench/test_compare_budget.py runs it."""
+
+from __future__ import annotations
+
+import pytest
+
+from paratrain.advise import memory, models
+from paratrain.advise.methods import get
+from paratrain.bench import budget, recommend, report
+from paratrain.bench.compare import CompareSettings, plan_cells
+from paratrain.bench.finalize import finalize
+from paratrain.errors import ConfigError
+
+# The gpt workload at 10.6 M parameters with activation checkpointing: advise sizes one process at ~233 MiB and
+# ddp×2 at ~239 MiB per rank (a whole replica each), fsdp×2 at ~130 MiB and zero3×2 at ~151 MiB (half the state).
+SIZE = {"workload": "gpt", "width": 384, "depth": 6, "activation_checkpointing": True}
+BUDGET_GIB = 0.18
+METHODS = ["single", "ddp", "fsdp", "deepspeed:zero3"]
+
+
+def _cells(**extra) -> dict:
+    settings = CompareSettings(strategies=METHODS, nproc=[2], **SIZE, **extra)
+    return {c.key: c for c in plan_cells(settings)}
+
+
+def test_cells_advise_says_cannot_fit_are_not_started_and_say_what_they_need():
+    cells = _cells(memory_per_rank=BUDGET_GIB)
+    for key in ("single×1", "ddp×2"):
+        assert cells[key].spec is None and cells[key].status == "does_not_fit", key
+        assert cells[key].reason.startswith("does not fit: needs ") and "states" in cells[key].reason
+        assert f"{BUDGET_GIB:.3g} GiB budget (--memory-per-rank)" in cells[key].reason
+    for key in ("fsdp×2", "deepspeed:zero3×2"):
+        if cells[key].status == "unavailable":
+            continue  # deepspeed not installed on a developer's machine (CI installs it)
+        assert cells[key].spec is not None, (key, cells[key].reason)
+        assert cells[key].predicted["total"] <= BUDGET_GIB * budget.GIB
+
+
+def test_the_prediction_is_advises_for_the_cells_own_shape():
+    """The same figure `paratrain advise` computes: the module's real shapes, N ranks, the per-rank micro-batch."""
+    cells = _cells()
+    spec = models.from_bundled("gpt", SIZE["width"], SIZE["depth"])
+    plan = memory.Plan(ranks=2, micro_batch=16, seq_len=64, optimizer="adamw", checkpointing=True)
+    assert cells["fsdp×2"].predicted == memory.rank_memory(spec, get("fsdp").sharding, plan).to_json()
+    assert all(c.status != "does_not_fit" for c in cells.values())  # no budget on a CPU unless asked for
+
+
+def test_a_budget_nothing_fits_is_one_line_before_anything_runs():
+    with pytest.raises(ConfigError, match=r"no requested method fits 0\.01 GiB per rank .*single×1 needs"):
+        plan_cells(CompareSettings(strategies=["single", "ddp"], nproc=[2], memory_per_rank=0.01, **SIZE))
+    with pytest.raises(ConfigError, match="must be a positive number of GiB"):
+        CompareSettings(memory_per_rank=0)
+
+
+def _results(over: bool = False) -> dict:
+    """A finished comparison as compare assembles it: the one-process cell did not fit, two sharded cells ran."""
+    gib = budget.GIB
+    predicted = {"params": 1, "grads": 1, "optimizer": 2, "activations": 1, "buffers": 0, "host": 0,
+                 "total": int(0.1 * gib)}
+    ran = {"status": "ok", "framework": "torch", "samples_per_s": 10.0, "losses": [1.0, 0.9],
+           "predicted_mem": predicted, "peak_mem_bytes": [int(0.12 * gib)] * 2, "nproc": 2}
+    results = {"settings": {"scaling": "strong", "precision": "fp32"}, "memory_budget": {"bytes": int(0.18 * gib),
+               "source": "--memory-per-rank"}, "cells": [
+        {"key": "single×1", "strategy": "single", "nproc": 1, "framework": "torch", "status": "does_not_fit",
+         "error": "does not fit: needs 0.23 GiB per rank (states 0.16 GiB), 0.18 GiB budget (--memory-per-rank)",
+         "predicted_mem": {**predicted, "total": int(0.23 * gib)}},
+        {"key": "fsdp×2", "strategy": "fsdp", **ran, "samples_per_s": 5.0},
+        {"key": "deepspeed:zero3×2", "strategy": "deepspeed:zero3", **ran,
+         "over_budget": "its measured peak, 0.2 GiB per rank, is above the 0.18 GiB budget" if over else None},
+    ]}
+    finalize(results)
+    results["recommendation"] = recommend.recommend(results)
+    return results
+
+
+def test_the_sharded_cells_are_held_to_each_other_and_the_recommendation_says_why():
+    results = _results()
+    assert results["reference"] == "fsdp×2"  # one process does not fit: the first cell that ran is the reference
+    lines = results["recommendation"]["lines"]
+    assert results["recommendation"]["winner"] == "deepspeed:zero3×2"
+    assert any(line.startswith("Not started, as they cannot fit 0.18 GiB per rank (--memory-per-rank): single×1 "
+                               "needs 0.23 GiB") and "deepspeed:zero3×2 fits (advise predicts 0.1 GiB, it peaked "
+                               "at 0.12 GiB per rank)" in line for line in lines), lines
+    table = report.results_markdown(results)
+    assert "| does not fit: needs 0.23 GiB per rank" in table
+    section = "\n".join(budget.memory_markdown(results))
+    assert "| single×1 |" in section and "does not fit: not started" in section and "| fits |" in section
+
+
+def test_a_cell_above_the_budget_when_measured_is_not_recommended():
+    results = _results(over=True)
+    assert results["recommendation"]["winner"] == "fsdp×2"
+    assert any("deepspeed:zero3×2 ran, but its measured peak" in line for line in results["recommendation"]["lines"])
+    assert "ok, OVER BUDGET" in report.results_markdown(results)
+
+
+def test_only_a_peak_that_counts_tensors_is_held_to_the_budget():
+    """CUDA's max allocated counts what advise counts; a CPU's RSS high-water mark counts the allocator's pages, the
+    data and the engine's buffers as well (3-4× advise's total on the gpt cells), so it is shown, not judged."""
+    limit = budget.Budget(100, "--memory-per-rank")
+    assert budget.over({"peak_mem_bytes": [90, 120], "peak_mem_kind": "cuda"}, limit).startswith("its measured peak")
+    assert budget.over({"peak_mem_bytes": [90, 100], "peak_mem_kind": "cuda"}, limit) is None
+    assert budget.over({"peak_mem_bytes": [90, 120], "peak_mem_kind": "rss_above_start"}, limit) is None
+    assert budget.over({"peak_mem_bytes": [None], "peak_mem_kind": "cuda"}, limit) is None
