@@ -103,8 +103,10 @@ def refuse_if_none_fit(unfit: list[tuple[str, str]], budget: Budget | None) -> N
         return
     from paratrain.errors import ConfigError
 
+    limit = f", {_gib(budget.bytes)} budget ({budget.source})"
     raise ConfigError(f"no requested method fits {_gib(budget.bytes)} per rank ({budget.source}): "
-                      + "; ".join(f"{key} {why.removeprefix('does not fit: ')}" for key, why in unfit),
+                      + "; ".join(f"{key} {why.removeprefix('does not fit: ').removesuffix(limit)}"
+                                  for key, why in unfit),
                       hint="add sharded methods (fsdp, deepspeed:zero3) or more processes (--nproc), or raise "
                            "--memory-per-rank")
 

@@ -45,6 +45,11 @@ class LiveCells:
     def __init__(self) -> None:
         self.rows: dict[str, str] = {}
         self.live = Live(self._render(), console=console.err, refresh_per_second=4, transient=False)
+        self.started = False  # shown from the first cell on: a request refused while planning prints one line only
+
+    def stop(self) -> None:
+        if self.started:
+            self.live.stop()
 
     def _render(self) -> Table:
         table = Table(title="paratrain compare", title_justify="left")
@@ -64,6 +69,9 @@ class LiveCells:
         else:
             text = escape(text)
         self.rows[key] = text
+        if not self.started:
+            self.live.start()
+            self.started = True
         self.live.update(self._render())
 
 
@@ -127,9 +135,9 @@ def compare(
     memory_per_rank: float = typer.Option(None, "--memory-per-rank", metavar="GIB",
                                           help="Memory each rank may use, in GiB. Cells of a bundled workload "
                                                "that advise's memory model says cannot fit are not started (they "
-                                               "read 'does not fit: needs …'); a cell whose measured peak exceeds "
-                                               "it is not recommended. Default: on GPUs the device's usable "
-                                               "memory; on CPU none."),
+                                               "read 'does not fit: needs …'). On GPUs a cell whose measured "
+                                               "peak exceeds it is not recommended. Default: on GPUs the "
+                                               "device's usable memory; on CPU none."),
     sweep: str = typer.Option(None, "--sweep", help="Compare at several sizes of the bundled workload, e.g. "
                               "width=64,128,256: a report per size, and where the winner changes."),
     out_dir: str = typer.Option(None, "--out", help="Output folder (default runs/compare-<workload>-<time>/)."),
@@ -184,8 +192,10 @@ def compare(
             results = run_compare(settings, folder)
         else:
             live = LiveCells()
-            with live.live:
+            try:
                 results = run_compare(settings, folder, live.update)
+            finally:
+                live.stop()
         paths = report.write_outputs(results, folder)
         store.save_run(results, folder, Path(db).expanduser().resolve() if db else None)
         all_results.append(results)
