@@ -61,11 +61,14 @@ def torch_components() -> list[Component]:
 def backend_components(timeout: float = CHECK_TIMEOUT_S) -> list[Component]:
     """The line of each package a method needs beyond torch, asked of the method itself (its probe runs in its own
     interpreter with a time limit); a package shared by several methods (TensorFlow) is shown once."""
+    # Methods that inherit one probe (mirrored and multiworker: TensorFlow's) ask it once; the probes, each waiting
+    # on an interpreter of its own, run side by side.
+    probes = list({entry.load().doctor_component.__func__: entry.load()
+                   for entry in registry.entries() if entry.implemented}.values())
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        found = list(pool.map(lambda method: method.doctor_component(timeout), probes))
     out: dict[str, Component] = {}
-    for entry in registry.entries():
-        if not entry.implemented:
-            continue
-        component = entry.load().doctor_component(timeout)
+    for component in found:  # in the registry's order, whichever probe finished first
         if component is not None and component.name not in out:
             out[component.name] = component
     return list(out.values())
