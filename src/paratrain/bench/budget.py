@@ -35,10 +35,6 @@ class Budget:
     bytes: int
     source: str  # "--memory-per-rank" or "the GPU's memory"
 
-    @property
-    def gib(self) -> float:
-        return self.bytes / GIB
-
     def to_json(self) -> dict[str, Any]:
         return {"bytes": self.bytes, "source": self.source}
 
@@ -103,8 +99,8 @@ def refuse_if_none_fit(unfit: list[tuple[str, str]], budget: Budget | None) -> N
         return
     from paratrain.errors import ConfigError
 
-    limit = f", {_gib(budget.bytes)} budget ({budget.source})"
-    raise ConfigError(f"no requested method fits {_gib(budget.bytes)} per rank ({budget.source}): "
+    limit = f", {gib(budget.bytes)} budget ({budget.source})"
+    raise ConfigError(f"no requested method fits {gib(budget.bytes)} per rank ({budget.source}): "
                       + "; ".join(f"{key} {why.removeprefix('does not fit: ').removesuffix(limit)}"
                                   for key, why in unfit),
                       hint="add sharded methods (fsdp, deepspeed:zero3) or more processes (--nproc), or raise "
@@ -114,15 +110,15 @@ def refuse_if_none_fit(unfit: list[tuple[str, str]], budget: Budget | None) -> N
 def need_words(mem: RankMemory) -> str:
     """``needs 1.2 GiB per rank (states 1.0 GiB, activations 0.15 GiB, buffers 0.05 GiB)``."""
     parts = [("states", mem.state), ("activations", mem.activations or 0), ("buffers", mem.buffers)]
-    shown = ", ".join(f"{name} {_gib(value)}" for name, value in parts if value)
-    return f"needs {_gib(mem.total)} per rank ({shown})"
+    shown = ", ".join(f"{name} {gib(value)}" for name, value in parts if value)
+    return f"needs {gib(mem.total)} per rank ({shown})"
 
 
 def misfit(mem: RankMemory | None, budget: Budget | None) -> str | None:
     """Why the cell is not started, or None when it may run."""
     if mem is None or budget is None or mem.total <= budget.bytes:
         return None
-    return f"does not fit: {need_words(mem)}, {_gib(budget.bytes)} budget ({budget.source})"
+    return f"does not fit: {need_words(mem)}, {gib(budget.bytes)} budget ({budget.source})"
 
 
 def over(cell: dict[str, Any], budget: Budget | None) -> str | None:
@@ -135,10 +131,11 @@ def over(cell: dict[str, Any], budget: Budget | None) -> str | None:
     peaks = [b for b in cell.get("peak_mem_bytes") or [] if b is not None]
     if not peaks or budget is None or cell.get("peak_mem_kind") != "cuda" or max(peaks) <= budget.bytes:
         return None
-    return f"its measured peak, {_gib(max(peaks))} per rank, is above the {_gib(budget.bytes)} budget"
+    return f"its measured peak, {gib(max(peaks))} per rank, is above the {gib(budget.bytes)} budget"
 
 
-def _gib(n: float) -> str:
+def gib(n: float) -> str:
+    """Bytes as the budget's messages, the report and the recommendation write them: ``0.227 GiB``."""
     return f"{n / GIB:.3g} GiB"
 
 
@@ -150,7 +147,7 @@ def memory_markdown(results: dict[str, Any]) -> list[str]:
         return []
     budget = results.get("memory_budget")
     cpu = any(c.get("peak_mem_kind") not in (None, "cuda") for c in rows if c.get("peak_mem_bytes"))
-    out = [f"Budget: {_gib(budget['bytes'])} per rank ({budget['source']})." if budget else
+    out = [f"Budget: {gib(budget['bytes'])} per rank ({budget['source']})." if budget else
            "No memory budget (`--memory-per-rank GiB` sets one).",
            "Predicted by advise's memory model for the busiest rank; measured: the peak the cell's ranks reached "
            "(see the results table's footnote for what it counts here)."
@@ -171,7 +168,7 @@ def memory_markdown(results: dict[str, Any]) -> list[str]:
             verdict = str(cell.get("status"))
         else:
             verdict = "fits" if budget else "ran"
-        acts = "not counted" if mem.get("activations") is None else _gib(mem["activations"])
-        out.append(f"| {cell['key']} | {_gib(state)} | {acts} | {_gib(mem['buffers'])} | {_gib(mem['total'])} | "
-                   f"{_gib(max(peaks)) if peaks else '—'} | {verdict} |")
+        acts = "not counted" if mem.get("activations") is None else gib(mem["activations"])
+        out.append(f"| {cell['key']} | {gib(state)} | {acts} | {gib(mem['buffers'])} | {gib(mem['total'])} | "
+                   f"{gib(max(peaks)) if peaks else '—'} | {verdict} |")
     return out

@@ -228,12 +228,10 @@ def _noisy_steps_line(cell: dict[str, Any]) -> str:
             "machine.")
 
 
-def gib_(n: float) -> str:
-    return f"{n / (1 << 30):.3g} GiB"
-
-
 def _budget_line(results: dict[str, Any], unfit: list[dict[str, Any]], win: dict[str, Any] | None) -> str:
     """Why the cells a memory budget kept from running could not be chosen, and what fitted instead."""
+    from paratrain.bench.budget import gib as gib_
+
     budget = results.get("memory_budget") or {}
     gib = f"{gib_(budget['bytes'])} per rank" if budget.get("bytes") else "the memory budget"
     why = "; ".join(f"{c['key']} {str(c.get('error') or '').removeprefix('does not fit: ')}" for c in unfit)

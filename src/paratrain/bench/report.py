@@ -238,8 +238,10 @@ def _settings_md(results: dict[str, Any]) -> list[str]:
 
 
 def _budget_md(results: dict[str, Any]) -> list[str]:
+    from paratrain.bench.budget import gib
+
     budget = results.get("memory_budget")
-    return [f"- Memory budget: {budget['bytes'] / (1 << 30):.3g} GiB per rank ({budget['source']})"] if budget else []
+    return [f"- Memory budget: {gib(budget['bytes'])} per rank ({budget['source']})"] if budget else []
 
 
 def _threads_text(results: dict[str, Any]) -> str:
