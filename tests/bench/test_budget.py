@@ -11,12 +11,15 @@ from paratrain.bench import budget, recommend, report
 from paratrain.bench.compare import CompareSettings, plan_cells
 from paratrain.bench.finalize import finalize
 from paratrain.errors import ConfigError
+from tests.helpers.requirements import requires
 
-# The gpt workload at 10.6 M parameters with activation checkpointing: advise sizes one process at ~233 MiB and
-# ddp×2 at ~239 MiB per rank (a whole replica each), fsdp×2 at ~130 MiB and zero3×2 at ~151 MiB (half the state).
-SIZE = {"workload": "gpt", "width": 384, "depth": 6, "activation_checkpointing": True}
+# The llama workload (a transformers Llama) at 9.8 M parameters with activation checkpointing: advise sizes one
+# process at ~223 MiB and ddp×2 at ~224 MiB per rank (a whole replica each), fsdp×2 at ~124 MiB and zero3×2 at
+# ~146 MiB (half the state).
+SIZE = {"workload": "llama", "width": 384, "depth": 6, "activation_checkpointing": True}
 BUDGET_GIB = 0.18
 METHODS = ["single", "ddp", "fsdp", "deepspeed:zero3"]
+pytestmark = requires("transformers")
 
 
 def _cells(**extra) -> dict:
@@ -40,7 +43,7 @@ def test_cells_advise_says_cannot_fit_are_not_started_and_say_what_they_need():
 def test_the_prediction_is_advises_for_the_cells_own_shape():
     """The same figure `paratrain advise` computes: the module's real shapes, N ranks, the per-rank micro-batch."""
     cells = _cells()
-    spec = models.from_bundled("gpt", SIZE["width"], SIZE["depth"])
+    spec = models.from_bundled("llama", SIZE["width"], SIZE["depth"])
     plan = memory.Plan(ranks=2, micro_batch=16, seq_len=64, optimizer="adamw", checkpointing=True)
     assert cells["fsdp×2"].predicted == memory.rank_memory(spec, get("fsdp").sharding, plan).to_json()
     assert all(c.status != "does_not_fit" for c in cells.values())  # no budget on a CPU unless asked for

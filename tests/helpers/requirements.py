@@ -9,7 +9,7 @@ import pytest
 MISSING_PREFIX = "missing backend: "
 # Modules `make test` installs (pyproject's [all,test] extras). A skip for one of these fails under CI=true.
 MAKE_TEST_INSTALLS = {"torch", "typer", "rich", "pynvml", "psutil", "matplotlib", "pytest", "nbclient", "nbformat",
-                      "ipykernel", "tensorflow", "tf_keras"}
+                      "ipykernel", "tensorflow", "tf_keras", "transformers"}
 
 
 def installed_by_make_test(module: str) -> bool:

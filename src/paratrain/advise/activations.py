@@ -21,7 +21,7 @@ def per_layer_bytes(arch: Transformer, batch: int, elem: int) -> int:
     (GELU: its input and output; SwiGLU: gate, its activation, up and their product)."""
     bs, h = batch * arch.seq_len, arch.hidden
     kv = (arch.kv_heads or arch.heads) / arch.heads
-    hidden_acts = (4 if arch.mlp == "swiglu" else 2) * arch.ffn
+    hidden_acts = (4 if arch.mlp == "swiglu" else 2) * arch.ffn * arch.experts
     elements = bs * h * (2 + 1 + (1 + 2 * kv) + 1 + 1) + bs * hidden_acts
     norm_stats = bs * (2 if arch.norm == "layernorm" else 1) * 2  # mean and 1/std (or 1/rms) per norm, fp32
     lse = batch * arch.heads * arch.seq_len  # fused attention's log-sum-exp, fp32

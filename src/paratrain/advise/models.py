@@ -40,6 +40,7 @@ class Transformer:
     kv_heads: int | None = None
     mlp: str = "gelu"
     norm: str = "layernorm"
+    experts: int = 1  # experts each token passes through (mixture of experts): that many MLP activations per token
 
     def param_count(self, *, biases: bool, tied: bool) -> int:
         h, kv = self.hidden, (self.kv_heads or self.heads) * (self.hidden // self.heads)
@@ -69,10 +70,13 @@ def _gpt2(layers: int, hidden: int, heads: int) -> Transformer:
     return Transformer(layers=layers, hidden=hidden, heads=heads, vocab=50257, seq_len=1024, ffn=4 * hidden)
 
 
-def _llama(layers: int, hidden: int, heads: int, ffn: int, seq: int, kv: int | None = None) -> Transformer:
-    return Transformer(layers=layers, hidden=hidden, heads=heads, vocab=32000, seq_len=seq, ffn=ffn, kv_heads=kv,
+def _llama(layers: int, hidden: int, heads: int, ffn: int, seq: int, kv: int | None = None,
+           vocab: int = 32000) -> Transformer:
+    return Transformer(layers=layers, hidden=hidden, heads=heads, vocab=vocab, seq_len=seq, ffn=ffn, kv_heads=kv,
                        mlp="swiglu", norm="rmsnorm")
 
+
+_UNTIED = {"biases": False, "tied": False}
 
 # GPT-2 (Radford et al. 2019: tied embeddings, learned positions, biases); LLaMA 7B/13B (Touvron et al. 2023,
 # 2,048 tokens) and Llama 2 70B (grouped-query attention with 8 key/value heads, 4,096 tokens). No biases.
@@ -83,8 +87,15 @@ PRESETS: dict[str, tuple[Transformer, dict[str, bool], str]] = {
     "llama-7b": (_llama(32, 4096, 32, 11008, 2048), {"biases": False, "tied": False}, "LLaMA 7B"),
     "llama-13b": (_llama(40, 5120, 40, 13824, 2048), {"biases": False, "tied": False}, "LLaMA 13B"),
     "llama-70b": (_llama(80, 8192, 64, 28672, 4096, kv=8), {"biases": False, "tied": False}, "Llama 2 70B"),
+    # Llama 3 / 3.1 (Grattafiori et al. 2024, table 3): grouped-query attention with 8 key/value heads, a 128,256
+    # token vocabulary, untied embeddings; pre-trained at 8,192 tokens (3.1 extends the context to 128k later).
+    "llama3-8b": (_llama(32, 4096, 32, 14336, 8192, kv=8, vocab=128256), _UNTIED, "Llama 3 8B"),
+    "llama3-70b": (_llama(80, 8192, 64, 28672, 8192, kv=8, vocab=128256), _UNTIED, "Llama 3 70B"),
+    "llama3.1-8b": (_llama(32, 4096, 32, 14336, 8192, kv=8, vocab=128256), _UNTIED, "Llama 3.1 8B"),
+    "llama3.1-70b": (_llama(80, 8192, 64, 28672, 8192, kv=8, vocab=128256), _UNTIED, "Llama 3.1 70B"),
+    "llama3.1-405b": (_llama(126, 16384, 128, 53248, 8192, kv=8, vocab=128256), _UNTIED, "Llama 3.1 405B"),
 }
-BUNDLED = ("mlp", "cnn", "gpt")
+BUNDLED = ("mlp", "cnn", "gpt", "llama")
 
 
 def from_params(count: float) -> ModelSpec:
@@ -113,17 +124,23 @@ def from_bundled(name: str, width: int | None = None, depth: int | None = None) 
     from paratrain.workloads import get
 
     kwargs = {k: v for k, v in (("width", width), ("depth", depth)) if v is not None}
-    model = _on_meta(lambda: get(name).build(**kwargs).model)
+    model = on_meta(lambda: get(name).build(**kwargs).model)
+    if name == "llama":
+        from paratrain.advise.hf_models import spec_of_causal_lm
+        from paratrain.workloads.gpt import SEQ_LEN
+
+        return spec_of_causal_lm(model, f"llama workload (width {model.config.hidden_size}, depth "
+                                        f"{model.config.num_hidden_layers})", seq_len=SEQ_LEN)
     if name == "gpt":
         from paratrain.workloads.gpt import SEQ_LEN
 
         hidden = model.tok.embedding_dim
         arch = Transformer(layers=len(model.blocks), hidden=hidden, heads=model.blocks[0].heads,
                            vocab=model.tok.num_embeddings, seq_len=SEQ_LEN, ffn=4 * hidden)
-        return _spec_of(model, f"gpt workload (width {hidden}, depth {arch.layers})", transformer=arch)
+        return spec_of(model, f"gpt workload (width {hidden}, depth {arch.layers})", transformer=arch)
     x = torch.zeros(1, 64, device="meta")  # mlp and cnn both read the flattened 8×8 digits
     size = model[0].out_features if name == "mlp" else model[1].out_channels
-    return _spec_of(model, f"{name} workload (width {size})", example=(x,))
+    return spec_of(model, f"{name} workload (width {size})", example=(x,))
 
 
 def from_factory(target: str) -> ModelSpec:
@@ -131,7 +148,7 @@ def from_factory(target: str) -> ModelSpec:
     module_name, _, attr = target.partition(":")
     if not module_name or not attr:
         raise ConfigError(f'--model "{target}" must be a preset ({", ".join(PRESETS)}), a bundled workload '
-                          f"({', '.join(BUNDLED)}) or package.module:factory")
+                          f"({', '.join(BUNDLED)}), hf:PATH/config.json or package.module:factory")
     with _current_folder_importable():
         return _build_factory(target, _import_factory(target, module_name, attr))
 
@@ -186,13 +203,13 @@ def _not_found(target: str, module_name: str, exc: ModuleNotFoundError) -> Confi
 def _build_factory(target: str, factory: Callable[[], Any]) -> ModelSpec:
     import torch
 
-    made = _on_meta(factory)
+    made = on_meta(factory)
     model, example = (made[0], tuple(made[1]) if isinstance(made[1], (tuple, list)) else (made[1],)) \
         if isinstance(made, tuple) else (made, None)
     if not isinstance(model, torch.nn.Module):
         raise ConfigError(f'--model "{target}" returned {type(model).__name__}, not a torch.nn.Module',
                           hint="return the module, or (module, example_inputs)")
-    return _spec_of(model, target, example=example)
+    return spec_of(model, target, example=example)
 
 
 def resolve(model: str | None, params: float | None, width: int | None = None,
@@ -207,12 +224,16 @@ def resolve(model: str | None, params: float | None, width: int | None = None,
         return from_preset(model)
     if model in BUNDLED:
         return from_bundled(model, width, depth)
+    if model.startswith("hf:"):
+        from paratrain.advise.hf_models import from_hf
+
+        return from_hf(model, width, depth)
     if ":" in model:
         return from_factory(model)
     return from_preset(model)  # reports the nearest preset
 
 
-def _on_meta(factory: Callable[[], Any]) -> Any:
+def on_meta(factory: Callable[[], Any]) -> Any:
     """Build on the meta device: shapes and dtypes without a byte of memory, so a 70B module costs nothing."""
     import torch
 
@@ -220,7 +241,7 @@ def _on_meta(factory: Callable[[], Any]) -> Any:
         return factory()
 
 
-def _spec_of(model: torch.nn.Module, name: str, *, transformer: Transformer | None = None,
+def spec_of(model: torch.nn.Module, name: str, *, transformer: Transformer | None = None,
              example: tuple[Any, ...] | None = None) -> ModelSpec:
     shapes = tuple(tuple(p.shape) for p in model.parameters())
     count = sum(math.prod(s) for s in shapes)

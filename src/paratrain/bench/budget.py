@@ -57,6 +57,10 @@ def resolve(memory_per_rank: float | None, gpus: int) -> Budget | None:
 def _model(workload: str, width: int | None, depth: int | None) -> ModelSpec:
     from paratrain.advise.models import from_bundled
 
+    if workload.startswith("hf:"):
+        from paratrain.advise.hf_models import from_hf
+
+        return from_hf(workload, width, depth)
     return from_bundled(workload, width, depth)
 
 

@@ -281,7 +281,7 @@ def run_compare(settings: CompareSettings, out_dir: Path, progress: Progress | N
     now = datetime.datetime.now(datetime.timezone.utc)
     results: dict[str, Any] = {
         # Unique per run, whatever --out is, so a re-used output folder never replaces an older history row.
-        "id": f"compare-{workload.name if workload else 'script'}-{now:%Y%m%d-%H%M%S}",
+        "id": f"compare-{workload.slug if workload else 'script'}-{now:%Y%m%d-%H%M%S}",
         "created": now.isoformat(timespec="seconds"),
         "paratrain": __version__,
         "settings": _settings_dict(settings, workload),

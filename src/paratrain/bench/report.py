@@ -201,7 +201,7 @@ def reproduce_command(results: dict[str, Any]) -> str:
     s = results.get("settings") or {}
     cmd = ["paratrain", "compare"]
     if s.get("workload"):
-        cmd += ["--workload", s["workload"]]
+        cmd += ["--model" if str(s["workload"]).startswith("hf:") else "--workload", s["workload"]]
     elif s.get("script"):
         cmd += ["--script", str(s["script"])]
         if s.get("script_args"):

@@ -32,6 +32,7 @@ Examples:
 
   paratrain advise --params 1.3e9 --gpus 8 --gpu-mem 80
   paratrain advise --model llama-7b --gpus 8 --gpu-mem 40 --nodes 2
+  paratrain advise --model hf:Llama-3.1-8B/config.json --seq-len 8192 --gpus 8 --gpu-mem 80
   paratrain advise --model gpt --width 256 --gpus 2 --gpu-mem 8 --json
 """)
 
@@ -137,9 +138,11 @@ def _render(result: dict) -> None:
 
 def advise(
     params: float = typer.Option(None, "--params", help="Number of parameters, e.g. 1.3e9."),
-    model: str = typer.Option(None, "--model", help="A preset, mlp/cnn/gpt (bundled), or package.module:factory."),
-    width: int = typer.Option(None, "--width", help="Bundled workload size, as in `compare`."),
-    depth: int = typer.Option(None, "--depth", help="Bundled gpt blocks, as in `compare`."),
+    model: str = typer.Option(None, "--model", help="A preset (llama3-8b …), mlp/cnn/gpt/llama (bundled), a local "
+                                                    "Hugging Face config hf:PATH/config.json, or "
+                                                    "package.module:factory."),
+    width: int = typer.Option(None, "--width", help="Bundled workload or hf: config size, as in `compare`."),
+    depth: int = typer.Option(None, "--depth", help="Transformer blocks (gpt, llama, hf:), as in `compare`."),
     gpus: int = typer.Option(None, "--gpus", help="GPUs per node (default: this machine's)."),
     gpu_mem: float = typer.Option(None, "--gpu-mem", help="Memory per GPU in GiB (default: this machine's)."),
     nodes: int = typer.Option(1, "--nodes", help="Machines."),

@@ -29,6 +29,8 @@ database (`paratrain history`, `paratrain report RUN`).
 Examples:
   paratrain compare                  # every method, 1 and 2 processes (GPUs: 1 and all)
   paratrain compare --full           # also the CNN (BatchNorm, dropout) and the small GPT
+  paratrain compare -w llama -s single,fsdp,deepspeed:zero3 -n 2     # a transformers Llama
+  paratrain compare --model hf:path/config.json --depth 2 --memory-per-rank 20
   paratrain compare --strategies ddp,fsdp:shard=grad_op --nproc 1,2,4
   paratrain compare --script train.py --script-args "--lr 3e-4"
 
@@ -115,8 +117,12 @@ def _writable(folder: Path) -> None:
 @train_flags(("precision", "activation_checkpointing"), prefix="Every cell: ")
 def compare(
     workload: str = typer.Option("mlp", "--workload", "-w", help="Bundled workload: mlp (digits), cnn (conv net with "
-                                                           "BatchNorm + dropout, digits) or gpt (char LM)."),
-    full: bool = typer.Option(False, "--full", help="Run every bundled workload (mlp, cnn, gpt)."),
+                                                           "BatchNorm + dropout, digits), gpt (char LM) or llama "
+                                                           "(a transformers Llama, char LM; needs paratrain[hf])."),
+    model: str = typer.Option(None, "--model", help="A Hugging Face model config to train instead: "
+                                                    "hf:PATH/config.json (its causal LM on the gpt workload's text, "
+                                                    "fresh weights, nothing downloaded; --width/--depth resize it)."),
+    full: bool = typer.Option(False, "--full", help="Run the mlp, cnn and gpt workloads (llama: -w llama)."),
     script: str = typer.Option(None, "--script", help="Measure your own Session-based script instead."),
     script_args: str = typer.Option("", "--script-args", help='Arguments for --script, quoted: "--lr 3e-4".'),
     strategies: str = typer.Option(None, "--strategies", "-s",
@@ -130,8 +136,8 @@ def compare(
     scaling: str = typer.Option("strong", "--scaling", help="strong: global batch fixed; weak: per-rank batch fixed."),
     timeout: float = typer.Option(300.0, "--timeout", help="Seconds allowed per cell before it counts as failed."),
     width: int = typer.Option(None, "--width", help="Bundled workload size: hidden size (mlp), channels "
-                                                                "(cnn), model dim (gpt)."),
-    depth: int = typer.Option(None, "--depth", help="Transformer blocks of the gpt workload."),
+                                                                "(cnn), model dim (gpt, llama, --model)."),
+    depth: int = typer.Option(None, "--depth", help="Transformer blocks (gpt, llama, --model)."),
     memory_per_rank: float = typer.Option(None, "--memory-per-rank", metavar="GIB",
                                           help="Memory each rank may use, in GiB. Cells of a bundled workload "
                                                "that advise's memory model says cannot fit are not started (they "
@@ -152,6 +158,8 @@ def compare(
 
     if full and script:
         raise ConfigError("--full runs the bundled workloads; it cannot be combined with --script")
+    if model is not None:
+        workload = _hf_workload(model, workload, script, full)
     if script and (width or depth):
         raise ConfigError("--width/--depth size the bundled workloads; pass your script's own flags in --script-args")
     workloads = ["mlp", "cnn", "gpt"] if full else [workload]
@@ -186,7 +194,7 @@ def compare(
             folder = sweep_root / f"{sweep_key}-{value}"
         else:
             folder = _out_dir(out_dir if len(workloads) == 1 else (f"{out_dir}/{name}" if out_dir else None),
-                              "script" if script else name)
+                              "script" if script else _slug(name))
         _writable(folder)
         if json_out:
             results = run_compare(settings, folder)
@@ -219,6 +227,27 @@ def compare(
         return 130
     _nothing_measured(all_results)
     return 0
+
+
+def _hf_workload(model: str, workload: str, script: str | None, full: bool) -> str:
+    """``--model hf:PATH`` as the workload name the cells train (``hf:`` + the config's absolute path, so a relative
+    PATH means the current folder's file in every cell's own folder)."""
+    from paratrain.errors import ConfigError
+    from paratrain.workloads import hf_config
+
+    if not hf_config.is_hf(model):
+        raise ConfigError(f'compare --model "{model}" must be a Hugging Face config: hf:PATH/config.json',
+                          hint="presets and --params size a model on paper: paratrain advise --model …")
+    if script or full or workload != "mlp":
+        raise ConfigError("--model trains a Hugging Face config; it cannot be combined with --script, --full or "
+                          "--workload", hint="give one of them")
+    return hf_config.PREFIX + str(hf_config.config_path(model))
+
+
+def _slug(name: str) -> str:
+    from paratrain.workloads import get
+
+    return get(name).slug if name.startswith("hf:") else name
 
 
 def _nothing_measured(all_results: list[dict]) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -47,3 +48,10 @@ class Workload:
     # apart by 7e-4 in 60 steps; torch's and Keras' momentum SGD are the same arithmetic.
     momentum: float | None = None
     options: dict[str, Any] | None = None
+
+    @property
+    def slug(self) -> str:
+        """The name in run ids and folder names: a Hugging Face config's is ``hf-<its folder>``, not its path."""
+        if self.name.startswith("hf:"):
+            return "hf-" + (Path(self.name[3:]).parent.name or "config")
+        return self.name

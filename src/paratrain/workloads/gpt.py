@@ -24,6 +24,13 @@ def _text() -> str:
     return resources.files("paratrain.workloads").joinpath("data/declaration.txt").read_text(encoding="utf-8")
 
 
+def char_ids() -> tuple[torch.Tensor, int]:
+    """The bundled text as character ids, and how many distinct characters there are (the vocabulary)."""
+    text = _text()
+    vocab = sorted(set(text))
+    return torch.tensor([vocab.index(c) for c in text], dtype=torch.long), len(vocab)
+
+
 class CharWindows(Dataset):
     """Every SEQ_LEN-character window of the text (input) and the same window shifted by one (target)."""
 
@@ -85,14 +92,11 @@ def build(width: int = 64, depth: int = 2, heads: int = 4, seed: int = 0, init: 
     """``width`` is the model dimension (a multiple of ``heads``), ``depth`` the number of blocks."""
     if width % heads:
         raise ConfigError(f"gpt width {width} must be a multiple of {heads} (attention heads)")
-    dim = width
-    text = _text()
-    vocab = sorted(set(text))
-    ids = torch.tensor([vocab.index(c) for c in text], dtype=torch.long)
+    ids, vocab = char_ids()
     split = int(len(ids) * 0.9)
     torch.manual_seed(seed)
     with init():
-        model = TinyGPT(len(vocab), dim, depth, heads)
+        model = TinyGPT(vocab, width, depth, heads)
     test = CharWindows(ids[split:])
     every = max(1, len(test) // 64)  # 64 spread-out windows: a perplexity in a fraction of a second
     return Built(model, CharWindows(ids[:split]), Subset(test, range(0, len(test), every)), _loss, _nll, _perplexity)

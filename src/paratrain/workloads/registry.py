@@ -14,20 +14,25 @@ from paratrain.errors import ConfigError, did_you_mean
 if TYPE_CHECKING:
     from paratrain.workloads.base import Workload
 
-WORKLOADS = ("mlp", "cnn", "gpt")
+WORKLOADS = ("mlp", "cnn", "gpt", "llama")
 
 
 def _registry() -> dict[str, Workload]:
-    from paratrain.workloads import cnn, gpt, mlp
+    from paratrain.workloads import cnn, gpt, llama, mlp
 
-    return {w.name: w for w in (mlp.WORKLOAD, cnn.WORKLOAD, gpt.WORKLOAD)}
+    return {w.name: w for w in (mlp.WORKLOAD, cnn.WORKLOAD, gpt.WORKLOAD, llama.WORKLOAD)}
 
 
 def get(name: str) -> Workload:
-    """The bundled workload called ``name``; a ConfigError naming the bundled ones (and the closest) otherwise."""
+    """The bundled workload called ``name``, or the model of a local Hugging Face config (``hf:PATH``); a
+    ConfigError naming the bundled ones (and the closest) otherwise."""
+    if name.startswith("hf:"):
+        from paratrain.workloads import llama
+
+        return llama.from_config(name)
     found = _registry().get(name)
     if found is None:
         known = ", ".join(WORKLOADS)
         raise ConfigError(f'unknown workload "{name}" (bundled: {known}).{did_you_mean(name, WORKLOADS)}',
-                          hint="or measure your own script with --script train.py")
+                          hint="or a Hugging Face config (hf:PATH/config.json), or your script (--script train.py)")
     return found

@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> None:
     final = float(session.all_reduce(loss.detach(), op="mean"))
     result = evaluate(session, model, built)
     metrics.log(final_loss=final, **result)
-    session.print(f"{workload.name} {session.strategy}×{session.world_size}: loss {final:.4f} "
+    session.print(f"{workload.slug} {session.strategy}×{session.world_size}: loss {final:.4f} "
                   + " ".join(f"{k} {v:.4f}" for k, v in result.items()))
     session.close()
 
