@@ -26,11 +26,27 @@ BF16_TOL = 1e-2
 
 
 def _run(tmp_path, strategy: str, nproc: int, *flags: str, cwd=None, steps: int = 30) -> dict:
-    out = tmp_path / f"{strategy}{nproc}-{'-'.join(f.strip('-') for f in flags)}"
+    out = tmp_path / f"{strategy}{nproc}-{'-'.join(f.strip('-') for f in flags)}-{steps}steps"
     check(paratrain("run", "-s", strategy, "-n", str(nproc), *flags, str(SCRIPT), str(out), str(steps), cwd=cwd))
     data = json.loads((out / "losses.json").read_text())
     data["weights"] = torch.load(out / "weights.pt", weights_only=True)
     return data
+
+
+@pytest.fixture(scope="module")
+def run(tmp_path_factory):
+    """``_run``, once per distinct training (method, processes, flags, steps) in this file: the tests that need the
+    same run (the clipped single and fsdp×2 runs, the bf16 single runs) share it instead of training it again."""
+    root = tmp_path_factory.mktemp("options")
+    done: dict[tuple, dict] = {}
+
+    def cached(strategy: str, nproc: int, *flags: str, steps: int = 30) -> dict:
+        key = (strategy, nproc, flags, steps)
+        if key not in done:
+            done[key] = _run(root, strategy, nproc, *flags, steps=steps)
+        return done[key]
+
+    return cached
 
 
 def _diffs(a: dict, b: dict) -> tuple[float, float]:
@@ -46,37 +62,37 @@ def _diffs(a: dict, b: dict) -> tuple[float, float]:
     (("--grad-clip", "0.5"), FP32_TOL),
     (("--seed", "11"), FP32_TOL),
 ], ids=["bf16-mixed", "bf16-true", "grad-clip", "seed"])
-def test_each_option_means_the_same_under_every_method(tmp_path, flags, tol):
+def test_each_option_means_the_same_under_every_method(run, flags, tol):
     flags = ("--seed", "3", *flags) if "--seed" not in flags else flags
-    single = _run(tmp_path, "single", 1, *flags)
+    single = run("single", 1, *flags)
     assert single["options"][flags[-2].strip("-").replace("-", "_")] is not None
     for strategy, nproc in METHODS:
-        loss, weight = _diffs(single, _run(tmp_path, strategy, nproc, *flags))
+        loss, weight = _diffs(single, run(strategy, nproc, *flags))
         assert loss <= tol and weight <= tol, f"{strategy}×{nproc} {flags}: loss {loss:.3g}, weights {weight:.3g}"
 
 
 @pytest.mark.multiprocess
-def test_bf16_really_runs_in_bf16(tmp_path):
-    fp32 = _run(tmp_path, "single", 1, "--seed", "3")
-    bf16 = _run(tmp_path, "single", 1, "--seed", "3", "--precision", "bf16-mixed")
-    true = _run(tmp_path, "single", 1, "--seed", "3", "--precision", "bf16-true")
+def test_bf16_really_runs_in_bf16(run):
+    fp32 = run("single", 1, "--seed", "3")
+    bf16 = run("single", 1, "--seed", "3", "--precision", "bf16-mixed")
+    true = run("single", 1, "--seed", "3", "--precision", "bf16-true")
     assert _diffs(fp32, bf16)[0] > FP32_TOL  # autocast rounded something
     assert true["dtype"] == "torch.bfloat16" and fp32["dtype"] == "torch.float32"
     assert abs(true["losses"][-1] - fp32["losses"][-1]) < 0.05  # the same training, in 8 bits
 
 
 @pytest.mark.multiprocess
-def test_clipping_a_sharded_model_clips_the_global_norm(tmp_path):
-    single = _run(tmp_path, "single", 1, "--seed", "3", "--grad-clip", "0.5")
-    fsdp = _run(tmp_path, "fsdp", 2, "--seed", "3", "--grad-clip", "0.5")
+def test_clipping_a_sharded_model_clips_the_global_norm(run):
+    single = run("single", 1, "--seed", "3", "--grad-clip", "0.5")
+    fsdp = run("fsdp", 2, "--seed", "3", "--grad-clip", "0.5")
     assert all(n > 0.5 for n in single["norms"][:3])  # clipping is active from the first step
     assert max(abs(a - b) for a, b in zip(single["norms"], fsdp["norms"], strict=True)) < 1e-5  # not a shard's norm
 
 
 @pytest.mark.multiprocess
-def test_seed_decides_initial_weights_and_data_order(tmp_path):
-    a = _run(tmp_path, "ddp", 2, "--seed", "1", steps=2)
-    b = _run(tmp_path, "ddp", 2, "--seed", "2", steps=2)
+def test_seed_decides_initial_weights_and_data_order(run):
+    a = run("ddp", 2, "--seed", "1", steps=2)
+    b = run("ddp", 2, "--seed", "2", steps=2)
     assert a["losses"][0] != b["losses"][0]
 
 

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import csv
 import json
-import os
 import sqlite3
 from pathlib import Path
 
@@ -16,92 +14,21 @@ from tests.helpers.launch import ROOT, SESSION_TRAIN, check, paratrain
 
 pytestmark = pytest.mark.multiprocess
 PNG = b"\x89PNG\r\n\x1a\n"
-CELL_KEYS = {"strategy", "nproc", "status", "samples_per_s", "step_time_median_s", "step_time_p90_s", "startup_s",
-             "wall_s", "peak_mem_bytes", "state_bytes", "scaling_efficiency", "final_loss", "loss_max_abs_diff",
-             "error", "log"}
 
 
-@pytest.fixture(scope="module")
-def mlp_run(tmp_path_factory):
-    """2 methods × 2 sizes on mlp, plus a method that fails on this machine (FSDP CPU offload needs a GPU)."""
-    root = tmp_path_factory.mktemp("compare")
-    proc = check(paratrain("compare", "--strategies", "ddp,fsdp,fsdp:offload=cpu", "--nproc", "1,2",
-                           "--steps", "12", "--warmup", "2", "--out", str(root / "out"), "--db",
-                           str(root / "history.db"), "--json", timeout=400))
-    return root, json.loads(proc.stdout)
-
-
-def test_results_schema_and_equivalence(mlp_run):
-    _, results = mlp_run
-    assert results["settings"]["workload"] == "mlp"
-    assert {"torch", "inventory"} <= set(results["env"])
-    cells = {c["key"]: c for c in results["cells"]}
-    assert set(cells) == {"ddp×1", "ddp×2", "fsdp×1", "fsdp×2", "fsdp:offload=cpu×1", "fsdp:offload=cpu×2"}
-    for key in ("ddp×1", "ddp×2", "fsdp×1", "fsdp×2"):
-        cell = cells[key]
-        assert set(cell) >= CELL_KEYS
-        assert cell["status"] == "ok", cell
-        assert cell["samples_per_s"] > 0 and cell["step_time_median_s"] > 0
-        assert len(cell["peak_mem_bytes"]) == cell["nproc"] and len(cell["state_bytes"]) == cell["nproc"]
-        assert cell["loss_max_abs_diff"] is not None and cell["loss_max_abs_diff"] <= 1e-5
-        assert cell["equivalence"] == "exact", cell["equivalence_reason"]  # an MLP still matches exactly
-        assert len(cell["losses"]) == 12 and 0 < cell["extra"]["accuracy"] <= 1
-    assert results["reference"] == "ddp×1"
-    assert results["floors"] == {}  # every cell exact: no noise floor was needed, nothing extra ran
-    assert cells["ddp×1"]["model"] == {"dropout": [], "batchnorm": [], "sync_batchnorm": False, "conv": False}
-    # Every cell gets the whole machine, whatever OMP_NUM_THREADS the test environment sets (1): the thread count
-    # each worker reported equals the cores divided by the cell's processes.
-    cores = len(os.sched_getaffinity(0))
-    assert results["env"]["cores"] == cores
-    for key in ("ddp×1", "ddp×2", "fsdp×1", "fsdp×2"):
-        assert cells[key]["threads_per_process"] == max(1, cores // cells[key]["nproc"]), cells[key]
-        assert cells[key]["oversubscribed"] is (cells[key]["nproc"] > cores)
-    # FSDP over 2 ranks holds half the model state of DDP on each rank.
-    assert cells["fsdp×2"]["state_bytes"][0] < 0.6 * cells["ddp×2"]["state_bytes"][0]
-
-
-def test_failing_cell_is_isolated_with_reason_and_log(mlp_run):
-    _, results = mlp_run
+def test_failing_cell_is_isolated_with_reason_and_log(tmp_path):
+    """A method that fails on this machine (FSDP's CPU offload needs a GPU) fails its own cells, with the reason and
+    the log, and the comparison goes on. (The cells that finish are checked on `make demo`'s compare:
+    tests/cli/test_demo.py.)"""
+    proc = check(paratrain("compare", "--strategies", "single,fsdp:offload=cpu", "--nproc", "1,2", "--steps", "6",
+                           "--warmup", "2", "--out", str(tmp_path / "out"), "--json", timeout=400))
+    results = json.loads(proc.stdout)
     failed = [c for c in results["cells"] if c["strategy"] == "fsdp:offload=cpu"]
     assert [c["status"] for c in failed] == ["failed", "failed"]
     assert all("offload=cpu needs a GPU" in c["error"] for c in failed)
     assert all(c["log"] and Path(c["log"]).read_text() for c in failed)
-    assert results["recommendation"]["winner"] in {"ddp×1", "ddp×2", "fsdp×1", "fsdp×2"}
-
-
-def test_report_files_plots_and_history(mlp_run):
-    root, results = mlp_run
-    out = root / "out"
-    for name in ("results.json", "results.csv", "report.md"):
-        assert (out / name).is_file()
-    for name in ("throughput.png", "step_times.png", "memory.png", "loss_curves.png", "breakdown.png", "scaling.png"):
-        assert (out / name).read_bytes()[:8] == PNG
-    with open(out / "results.csv") as fh:
-        assert len(list(csv.DictReader(fh))) == len(results["cells"])
-    section = (out / "report.md").read_text().split("## Equivalence")[1].split("## How to reproduce")[0]
-    verdicts = [line for line in section.splitlines() if line.startswith("- ")]
-    assert len(verdicts) == len(results["cells"]) and not any("NOT EQUIVALENT" in v for v in verdicts), verdicts
-    with sqlite3.connect(root / "history.db") as db:
-        assert db.execute("SELECT id FROM runs").fetchall() == [(results["id"],)]
-    listed = check(paratrain("history", "--db", str(root / "history.db"), "--json"))
-    assert json.loads(listed.stdout)[0]["id"] == results["id"]
-
-
-def test_time_breakdown_adds_up_and_counts_the_bytes_ddp_sends(mlp_run):
-    _, results = mlp_run
-    cells = {c["key"]: c for c in results["cells"]}
-    for key in ("ddp×1", "ddp×2", "fsdp×1", "fsdp×2"):
-        cell, parts = cells[key], cells[key]["breakdown"]
-        total = sum(parts[k] for k in ("compute_s", "comm_exposed_s", "data_s", "optimizer_s", "other_s"))
-        assert abs(total - cell["step_time_median_s"]) <= 0.1 * cell["step_time_median_s"], (key, parts)
-        # The 3 profiled steps are not in the throughput: 12 steps, 2 warm-up, 3 profiled -> 7 timed.
-        assert len(cell["step_times_s"]) == 12 - 2 - 3, key
-    ddp = cells["ddp×2"]
-    ring = ddp["param_count"] * 4 * 2 * (2 - 1) / 2  # fp32 gradients, ring all-reduce over 2 ranks
-    assert abs(ddp["comm_bytes_per_step"] - ring) <= 0.05 * ring
-    assert ddp["comm_share"] > 0 and ddp["bus_gbps"] > 0 and ddp["breakdown"]["comm_total_s"] > 0
-    assert cells["ddp×1"]["comm_bytes_per_step"] == 0 and cells["fsdp×2"]["comm_bytes_per_step"] > 0
-    assert "## Where the time goes" in (mlp_run[0] / "out" / "report.md").read_text()
+    assert results["recommendation"]["winner"] == "single×1"
+    assert "offload=cpu needs a GPU" in (tmp_path / "out" / "report.md").read_text()  # the report says why
 
 
 def test_sweep_reports_the_winner_at_each_size(tmp_path):

@@ -9,7 +9,10 @@ cells against torch — instead of each starting a compare of its own."""
 
 from __future__ import annotations
 
+import csv
+import json
 import os
+import sqlite3
 
 import pytest
 from matplotlib import image
@@ -17,7 +20,7 @@ from matplotlib import image
 from paratrain.advise import memory, models
 from paratrain.advise.methods import get
 from tests.helpers import default_compare as default_compare_run
-from tests.helpers.launch import ROOT, paratrain
+from tests.helpers.launch import ROOT, check, paratrain
 from tests.helpers.requirements import requires
 
 # whichever test comes first runs the compare; the file starts first under `make test` (the suite's longest)
@@ -57,6 +60,76 @@ def test_make_demo_compare_from_another_folder_measures_every_default_cell(defau
         assert colourful_pixels(png) > 500, f"{png.name} is an empty frame"
     report = run.report
     assert "No recommendation" not in report and "nothing to measure" not in report
+
+
+CELL_KEYS = {"strategy", "nproc", "status", "samples_per_s", "step_time_median_s", "step_time_p90_s", "startup_s",
+             "wall_s", "peak_mem_bytes", "state_bytes", "scaling_efficiency", "final_loss", "loss_max_abs_diff",
+             "error", "log"}
+TORCH_CELLS = ("ddp×1", "ddp×2", "fsdp×1", "fsdp×2")
+PNG = b"\x89PNG\r\n\x1a\n"
+
+
+def test_results_schema_and_equivalence(default_compare):
+    results, cells = default_compare.results, default_compare.cells
+    assert results["settings"]["workload"] == "mlp"
+    assert {"torch", "inventory"} <= set(results["env"])
+    steps = results["settings"]["steps"]
+    for key in TORCH_CELLS:
+        cell = cells[key]
+        assert set(cell) >= CELL_KEYS
+        assert cell["status"] == "ok", cell
+        assert cell["samples_per_s"] > 0 and cell["step_time_median_s"] > 0
+        assert len(cell["peak_mem_bytes"]) == cell["nproc"] and len(cell["state_bytes"]) == cell["nproc"]
+        assert cell["loss_max_abs_diff"] is not None and cell["loss_max_abs_diff"] <= 1e-5
+        assert cell["equivalence"] == "exact", cell["equivalence_reason"]  # an MLP still matches exactly
+        assert len(cell["losses"]) == steps and 0 < cell["extra"]["accuracy"] <= 1
+    assert results["reference"] == "single×1"
+    assert results["floors"] == {}  # every cell exact: no noise floor was needed, nothing extra ran
+    assert cells["ddp×1"]["model"] == {"dropout": [], "batchnorm": [], "sync_batchnorm": False, "conv": False}
+    # Every cell gets the whole machine, whatever OMP_NUM_THREADS the test environment sets (1): the thread count
+    # each worker reported equals the cores divided by the cell's processes.
+    cores = len(os.sched_getaffinity(0))
+    assert results["env"]["cores"] == cores
+    for key in TORCH_CELLS:
+        assert cells[key]["threads_per_process"] == max(1, cores // cells[key]["nproc"]), cells[key]
+        assert cells[key]["oversubscribed"] is (cells[key]["nproc"] > cores)
+    # FSDP over 2 ranks holds half the model state of DDP on each rank.
+    assert cells["fsdp×2"]["state_bytes"][0] < 0.6 * cells["ddp×2"]["state_bytes"][0]
+
+
+def test_report_files_plots_and_history(default_compare):
+    out, results = default_compare.folder, default_compare.results
+    for name in ("results.json", "results.csv", "report.md"):
+        assert (out / name).is_file()
+    for name in ("throughput.png", "step_times.png", "memory.png", "loss_curves.png", "breakdown.png", "scaling.png"):
+        assert (out / name).read_bytes()[:8] == PNG
+    with open(out / "results.csv") as fh:
+        assert len(list(csv.DictReader(fh))) == len(results["cells"])
+    section = default_compare.report.split("## Equivalence")[1].split("## How to reproduce")[0]
+    verdicts = [line for line in section.splitlines() if line.startswith("- ")]
+    assert len(verdicts) == len(results["cells"]) and not any("NOT EQUIVALENT" in v for v in verdicts), verdicts
+    # the demo passes no --db: its row is in the default history (the suite's private PARATRAIN_HOME)
+    with sqlite3.connect(os.path.join(os.environ["PARATRAIN_HOME"], "history.db")) as db:
+        assert (results["id"],) in db.execute("SELECT id FROM runs").fetchall()
+    listed = check(paratrain("history", "--json"))
+    assert results["id"] in [run["id"] for run in json.loads(listed.stdout)]
+
+
+def test_time_breakdown_adds_up_and_counts_the_bytes_ddp_sends(default_compare):
+    results, cells = default_compare.results, default_compare.cells
+    settings = results["settings"]
+    for key in TORCH_CELLS:
+        cell, parts = cells[key], cells[key]["breakdown"]
+        total = sum(parts[k] for k in ("compute_s", "comm_exposed_s", "data_s", "optimizer_s", "other_s"))
+        assert abs(total - cell["step_time_median_s"]) <= 0.1 * cell["step_time_median_s"], (key, parts)
+        # The 3 profiled steps are not in the throughput: the warm-up and those 3 are left out of the timing.
+        assert len(cell["step_times_s"]) == settings["steps"] - settings["warmup"] - 3, key
+    ddp = cells["ddp×2"]
+    ring = ddp["param_count"] * 4 * 2 * (2 - 1) / 2  # fp32 gradients, ring all-reduce over 2 ranks
+    assert abs(ddp["comm_bytes_per_step"] - ring) <= 0.05 * ring
+    assert ddp["comm_share"] > 0 and ddp["bus_gbps"] > 0 and ddp["breakdown"]["comm_total_s"] > 0
+    assert cells["ddp×1"]["comm_bytes_per_step"] == 0 and cells["fsdp×2"]["comm_bytes_per_step"] > 0
+    assert "## Where the time goes" in default_compare.report
 
 
 @requires("deepspeed")
