@@ -16,7 +16,7 @@ from tests.helpers.requirements import requires
 
 pytestmark = pytest.mark.multiprocess
 SCRIPT = str(ROOT / "tests" / "helpers" / "scripts" / "deferred_init.py")
-SIZE = ("--dim", "128", "--depth", "4")  # 3.2 MB of parameters, trained for the curves
+SIZE = ("--dim", "64", "--depth", "2")  # every trap, small enough that 100 steps of fsdp×4 take seconds
 BIG = ("--dim", "1536", "--depth", "4")  # 430 MB, only built and prepared, for the memory bounds
 STEPS = 100
 TOL = 1e-5
