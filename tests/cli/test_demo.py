@@ -132,6 +132,22 @@ def test_time_breakdown_adds_up_and_counts_the_bytes_ddp_sends(default_compare):
     assert "## Where the time goes" in default_compare.report
 
 
+def test_the_state_each_rank_holds_is_what_advise_predicts(default_compare):
+    """Byte for byte, for every torch method but DeepSpeed's (the next test) at 1 and 2 processes: parameters,
+    gradients and the mlp's momentum buffers, whole or sharded in FSDP's layout."""
+    spec = models.from_bundled("mlp")
+    cells = [c for c in default_compare.results["cells"]
+             if c["framework"] == "torch" and not c["strategy"].startswith("deepspeed")]
+    assert {c["strategy"] for c in cells} >= {"single", "dp", "ddp", "fsdp", "horovod"}, [c["key"] for c in cells]
+    for cell in cells:
+        ranks = len(cell["state_bytes"])
+        plan = memory.Plan(ranks=ranks, optimizer="sgd-momentum")  # the mlp's optimizer, in fp32
+        predicted = [memory.rank_memory(spec, get(cell["strategy"]).sharding, plan, rank=r).state
+                     for r in range(ranks)]
+        assert cell["state_bytes"] == predicted, cell["key"]
+        assert cell["param_count"] == spec.params
+
+
 @requires("deepspeed")
 def test_compare_cells_are_exact_and_count_the_engines_state(default_compare):
     cells = default_compare.cells  # `make demo`'s compare: every stage at 1 and 2 processes, and single

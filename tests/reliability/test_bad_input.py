@@ -3,9 +3,11 @@ errors), no traceback from paratrain's own frames, and no file of the user's ove
 
 import socket
 import sys
+from types import SimpleNamespace
 
 import pytest
 
+from paratrain.cli.main import main
 from tests.helpers.launch import ROOT, SESSION_TRAIN, paratrain, python
 
 SCRIPTS = ROOT / "tests" / "helpers" / "scripts"
@@ -81,9 +83,18 @@ CLI_CASES = [
 
 
 @pytest.mark.parametrize(("argv", "code", "needles"), [c[1:] for c in CLI_CASES], ids=[c[0] for c in CLI_CASES])
-def test_cli_bad_input(tmp_path, argv, code, needles):
-    line = one_line_error(paratrain(*argv, cwd=tmp_path), code, *needles)
+def test_cli_bad_input(tmp_path, monkeypatch, capsys, argv, code, needles):
+    """Through the command's own entry point (``main``, what the ``paratrain`` executable calls), in this process:
+    each case is refused before anything starts, so a fresh interpreter per case (two seconds of imports) would
+    test nothing more. The tests below that need one (config files, scripts, ports) start one."""
+    if argv[:3] == ["run", "-s", "mirrored"]:  # reaches TensorFlow's launcher: not in the suite's own process
+        proc = paratrain(*argv, cwd=tmp_path)
+    else:
+        monkeypatch.chdir(tmp_path)
+        proc = SimpleNamespace(returncode=main(list(argv)), stderr=capsys.readouterr().err)
+    line = one_line_error(proc, code, *needles)
     assert not line.endswith("?."), line
+    assert not list(tmp_path.iterdir()), "a refused command wrote something"
 
 
 def test_compare_does_not_draw_a_table_before_an_input_error(tmp_path):

@@ -101,6 +101,26 @@ def _out_dir(out: str | None, workload: str) -> Path:
     return (Path("runs") / f"compare-{workload}-{stamp}").resolve()
 
 
+def _first_missing(folder: Path) -> Path | None:
+    """The outermost folder on the way to ``folder`` that does not exist yet (what creating it makes)."""
+    missing = None
+    for path in (folder, *folder.parents):
+        if path.exists():
+            break
+        missing = path
+    return missing
+
+
+def _remove_if_empty(made: Path | None) -> None:
+    """Take back the folders a refused comparison made, if nothing was written into them."""
+    if made is None or not made.is_dir():
+        return
+    if all(p.is_dir() for p in made.rglob("*")):
+        for path in sorted(made.rglob("*"), key=lambda p: len(p.parts), reverse=True):
+            path.rmdir()
+        made.rmdir()
+
+
 def _writable(folder: Path) -> None:
     from paratrain.errors import ConfigError
 
@@ -195,15 +215,20 @@ def compare(
         else:
             folder = _out_dir(out_dir if len(workloads) == 1 else (f"{out_dir}/{name}" if out_dir else None),
                               "script" if script else _slug(name))
+        made = _first_missing(folder)
         _writable(folder)
-        if json_out:
-            results = run_compare(settings, folder)
-        else:
-            live = LiveCells()
-            try:
-                results = run_compare(settings, folder, live.update)
-            finally:
-                live.stop()
+        try:
+            if json_out:
+                results = run_compare(settings, folder)
+            else:
+                live = LiveCells()
+                try:
+                    results = run_compare(settings, folder, live.update)
+                finally:
+                    live.stop()
+        except ConfigError:  # refused while planning: leave no empty folder behind
+            _remove_if_empty(made)
+            raise
         paths = report.write_outputs(results, folder)
         store.save_run(results, folder, Path(db).expanduser().resolve() if db else None)
         all_results.append(results)

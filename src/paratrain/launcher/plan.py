@@ -9,10 +9,12 @@ workers reported it — or that N independent copies ran because the script neve
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from paratrain import options as train_options
@@ -97,7 +99,25 @@ def execute(plan: LaunchPlan) -> int:
     if choice is not None and oversubscribed(plan.nproc, choice.threads, choice.cores):
         notice(f"{plan.nproc} process(es) × {choice.threads} thread(s) ({choice.reason}) on {choice.cores} core(s): "
                "oversubscribed — they take turns on the cores, and step times will show it")
-    os.environ.update(plan.env)
+    with _environment(plan.env):  # the workers inherit it; this process (a notebook's, say) gets its own back
+        return _execute(plan)
+
+
+@contextlib.contextmanager
+def _environment(env: dict[str, str]) -> Iterator[None]:
+    saved = {key: os.environ.get(key) for key in env}
+    os.environ.update(env)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+def _execute(plan: LaunchPlan) -> int:
     backend = plan.backend
     # A folder removed in `finally`, not a TemporaryDirectory: its clean-up is a finalizer that also runs at exit,
     # and the one-process methods' fork runs the inherited exit handlers — it removed the folder, and the notes
