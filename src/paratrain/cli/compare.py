@@ -138,7 +138,7 @@ def _writable(folder: Path) -> None:
 def compare(
     workload: str = typer.Option("mlp", "--workload", "-w", help="Bundled workload: mlp (digits), cnn (conv net with "
                                                            "BatchNorm + dropout, digits), gpt (char LM) or llama "
-                                                           "(a transformers Llama, char LM; needs paratrain[hf])."),
+                                                           "(a transformers Llama, char LM; needs the hf extra)."),
     model: str = typer.Option(None, "--model", help="A Hugging Face model config to train instead: "
                                                     "hf:PATH/config.json (its causal LM on the gpt workload's text, "
                                                     "fresh weights, nothing downloaded; --width/--depth resize it)."),
