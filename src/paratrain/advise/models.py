@@ -1,8 +1,9 @@
 """What `advise` knows about a model: its parameter count, its parameter shapes when it can see them, and the
 transformer dimensions the activation formula needs.
 
-Why three sources: a user planning a 70B run has no module to hand (``--params`` or a preset), one with a module
-wants it counted exactly (``--model pkg.mod:factory``, built on the meta device so nothing is allocated), and the
+Why four sources: a user planning a 70B run has no module to hand (``--params`` or a preset), one with a module
+wants it counted exactly (``--model pkg.mod:factory``, built on the meta device so nothing is allocated), one with a
+Hugging Face model has its config.json (``--model hf:PATH``, transformers' own module on the meta device), and the
 bundled workloads are what ``compare`` measures, so `advise` can be checked against them byte for byte.
 """
 
@@ -126,7 +127,6 @@ def from_bundled(name: str, width: int | None = None, depth: int | None = None) 
     kwargs = {k: v for k, v in (("width", width), ("depth", depth)) if v is not None}
     model = on_meta(lambda: get(name).build(**kwargs).model)
     if name == "llama":
-        from paratrain.advise.hf_models import spec_of_causal_lm
         from paratrain.workloads.gpt import SEQ_LEN
 
         return spec_of_causal_lm(model, f"llama workload (width {model.config.hidden_size}, depth "
@@ -225,8 +225,6 @@ def resolve(model: str | None, params: float | None, width: int | None = None,
     if model in BUNDLED:
         return from_bundled(model, width, depth)
     if model.startswith("hf:"):
-        from paratrain.advise.hf_models import from_hf
-
         return from_hf(model, width, depth)
     if ":" in model:
         return from_factory(model)
@@ -289,3 +287,45 @@ def _human(count: float) -> str:
         if count >= size:
             return f"{count / size:.3g}{unit}"
     return f"{count:.0f}"
+
+
+# Hugging Face models: exact parameter shapes from transformers' own module built on the meta device, and the
+# dimensions the activation formula needs read from its config (which names what the module does not expose
+# uniformly: grouped-query heads, SwiGLU or GELU, RMSNorm or LayerNorm, experts per token).
+GATED = ("silu", "swish", "swiglu")
+
+
+def transformer_of(config: Any, seq_len: int | None = None) -> Transformer:
+    """The dimensions of ``config`` (any decoder-only transformers config: Llama, Mistral, Qwen, GPT-2, Mixtral…).
+    The sequence length is ``seq_len`` or the config's longest context (advise's --seq-len overrides it)."""
+    hidden = config.hidden_size
+    act = str(getattr(config, "hidden_act", None) or getattr(config, "activation_function", "gelu")).lower()
+    ffn = (getattr(config, "moe_intermediate_size", None) or getattr(config, "intermediate_size", None)
+           or getattr(config, "n_inner", None) or 4 * hidden)
+    experts = getattr(config, "num_experts_per_tok", None) or 1
+    positions = getattr(config, "max_position_embeddings", None) or getattr(config, "n_positions", None) or 2048
+    return Transformer(layers=config.num_hidden_layers, hidden=hidden, heads=config.num_attention_heads,
+                       kv_heads=getattr(config, "num_key_value_heads", None), vocab=config.vocab_size,
+                       seq_len=seq_len or positions, ffn=ffn, experts=experts,
+                       mlp="swiglu" if act in GATED else "gelu",
+                       norm="rmsnorm" if hasattr(config, "rms_norm_eps") else "layernorm")
+
+
+def spec_of_causal_lm(model: Any, name: str, seq_len: int | None = None) -> ModelSpec:
+    """A transformers causal LM already built (on the meta device): its exact shapes and its config's dimensions."""
+    arch = transformer_of(model.config, seq_len)
+    return spec_of(model, name, transformer=arch)
+
+
+def from_hf(name: str, width: int | None = None, depth: int | None = None) -> ModelSpec:
+    """``hf:PATH/config.json``: the model transformers builds from that local config, on the meta device."""
+    from paratrain.workloads import hf_config
+
+    config = hf_config.load(name, width, depth)
+    model = on_meta(lambda: hf_config.causal_lm(config))
+    model_type = getattr(config, "model_type", "model")
+    size = "" if width is None and depth is None else f", width {config.hidden_size}, depth {config.num_hidden_layers}"
+    spec = spec_of_causal_lm(model, f"{model_type} from {hf_config.config_path(name)}{size}")
+    positions = spec.transformer.seq_len if spec.transformer else 0
+    note = f"--seq-len defaults to the config's longest context, {positions}"
+    return ModelSpec(name=spec.name, params=spec.params, shapes=spec.shapes, transformer=spec.transformer, note=note)

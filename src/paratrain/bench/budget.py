@@ -58,7 +58,7 @@ def _model(workload: str, width: int | None, depth: int | None) -> ModelSpec:
     from paratrain.advise.models import from_bundled
 
     if workload.startswith("hf:"):
-        from paratrain.advise.hf_models import from_hf
+        from paratrain.advise.models import from_hf
 
         return from_hf(workload, width, depth)
     return from_bundled(workload, width, depth)
