@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from paratrain.advise import activations, measured, memory, models
-from paratrain.advise.methods import get
+from paratrain.advise import activations, measured, models
 from paratrain.bench import store
 from paratrain.bench.compare import CompareSettings, run_compare
+from tests.helpers.memory import assert_state_is_advises
 
 WIDTH, DEPTH = 32, 1
 # The methods whose state the advise model reproduces byte for byte on a transformer, beyond those `make demo`'s
@@ -34,13 +34,7 @@ def test_state_bytes_equal_the_model_exactly(compared):
     ok = [c for c in results["cells"] if c["status"] == "ok"]
     assert {c["strategy"] for c in ok} >= set(METHODS), \
         [(c["key"], c["status"], c.get("error")) for c in results["cells"]]
-    for cell in ok:
-        ranks = len(cell["state_bytes"])
-        plan = memory.Plan(ranks=ranks, optimizer="adamw")  # the bundled workloads train with AdamW in fp32
-        predicted = [memory.rank_memory(spec, get(cell["strategy"]).sharding, plan, rank=r).state
-                     for r in range(ranks)]
-        assert cell["state_bytes"] == predicted, cell["key"]
-        assert cell["param_count"] == spec.params
+    assert_state_is_advises(ok, spec, "adamw")  # the gpt workload trains with AdamW in fp32
 
 
 @pytest.mark.parametrize(("width", "depth", "batch"), [(64, 2, 32), (128, 3, 8)])

@@ -21,6 +21,7 @@ from paratrain.advise import memory, models
 from paratrain.advise.methods import get
 from tests.helpers import default_compare as default_compare_run
 from tests.helpers.launch import ROOT, check, paratrain
+from tests.helpers.memory import assert_state_is_advises
 from tests.helpers.requirements import requires
 
 # whichever test comes first runs the compare; the file starts first under `make test` (the suite's longest)
@@ -139,13 +140,7 @@ def test_the_state_each_rank_holds_is_what_advise_predicts(default_compare):
     cells = [c for c in default_compare.results["cells"]
              if c["framework"] == "torch" and not c["strategy"].startswith("deepspeed")]
     assert {c["strategy"] for c in cells} >= {"single", "dp", "ddp", "fsdp", "horovod"}, [c["key"] for c in cells]
-    for cell in cells:
-        ranks = len(cell["state_bytes"])
-        plan = memory.Plan(ranks=ranks, optimizer="sgd-momentum")  # the mlp's optimizer, in fp32
-        predicted = [memory.rank_memory(spec, get(cell["strategy"]).sharding, plan, rank=r).state
-                     for r in range(ranks)]
-        assert cell["state_bytes"] == predicted, cell["key"]
-        assert cell["param_count"] == spec.params
+    assert_state_is_advises(cells, spec, "sgd-momentum")  # the mlp's optimizer, in fp32
 
 
 @requires("deepspeed")

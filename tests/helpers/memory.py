@@ -5,6 +5,7 @@ they started, follows live memory — including what activation checkpointing re
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -19,3 +20,18 @@ def step_peak_bytes(step: Callable[[], None]) -> int:
         live += event.self_cpu_memory_usage
         peak = max(peak, live)
     return peak
+
+
+def assert_state_is_advises(cells: list[dict[str, Any]], spec: Any, optimizer: str) -> None:
+    """Each compare cell's state bytes, rank by rank, are what advise's memory model predicts for its method (fp32,
+    ``optimizer``'s states), and its parameter count is the module's."""
+    from paratrain.advise import memory
+    from paratrain.advise.methods import get
+
+    for cell in cells:
+        ranks = len(cell["state_bytes"])
+        plan = memory.Plan(ranks=ranks, optimizer=optimizer)
+        predicted = [memory.rank_memory(spec, get(cell["strategy"]).sharding, plan, rank=r).state
+                     for r in range(ranks)]
+        assert cell["state_bytes"] == predicted, cell["key"]
+        assert cell["param_count"] == spec.params

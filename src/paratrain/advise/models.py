@@ -10,6 +10,7 @@ bundled workloads are what ``compare`` measures, so `advise` can be checked agai
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib
 import math
 import os
@@ -126,14 +127,12 @@ def from_bundled(name: str, width: int | None = None, depth: int | None = None) 
 
     kwargs = {k: v for k, v in (("width", width), ("depth", depth)) if v is not None}
     model = on_meta(lambda: get(name).build(**kwargs).model)
-    if name == "llama":
-        from paratrain.workloads.gpt import SEQ_LEN
+    from paratrain.workloads.gpt import SEQ_LEN  # llama trains on gpt's text windows
 
+    if name == "llama":
         return spec_of_causal_lm(model, f"llama workload (width {model.config.hidden_size}, depth "
                                         f"{model.config.num_hidden_layers})", seq_len=SEQ_LEN)
     if name == "gpt":
-        from paratrain.workloads.gpt import SEQ_LEN
-
         hidden = model.tok.embedding_dim
         arch = Transformer(layers=len(model.blocks), hidden=hidden, heads=model.blocks[0].heads,
                            vocab=model.tok.num_embeddings, seq_len=SEQ_LEN, ffn=4 * hidden)
@@ -327,5 +326,4 @@ def from_hf(name: str, width: int | None = None, depth: int | None = None) -> Mo
     size = "" if width is None and depth is None else f", width {config.hidden_size}, depth {config.num_hidden_layers}"
     spec = spec_of_causal_lm(model, f"{model_type} from {hf_config.config_path(name)}{size}")
     positions = spec.transformer.seq_len if spec.transformer else 0
-    note = f"--seq-len defaults to the config's longest context, {positions}"
-    return ModelSpec(name=spec.name, params=spec.params, shapes=spec.shapes, transformer=spec.transformer, note=note)
+    return dataclasses.replace(spec, note=f"--seq-len defaults to the config's longest context, {positions}")

@@ -77,11 +77,11 @@ WORKLOAD = Workload("llama", "Hugging Face transformers Llama (grouped-query att
 
 def from_config(name: str) -> Workload:
     """The workload ``hf:PATH`` names: that config's model (resized by ``--width``/``--depth``) on the same text."""
-    hf_config.config_path(name)  # a missing file or a hub name fails here, before any process starts
+    path = hf_config.config_path(name)  # a missing file or a hub name fails here, before any process starts
 
     def build_config(width: int | None = None, depth: int | None = None, seed: int = 0,
                      init: Init = nullcontext) -> Built:
         return build_from(lambda _vocab: hf_config.load(name, width, depth), seed, init)
 
-    return Workload(name, f"the causal language model of {hf_config.config_path(name)}, on the gpt workload's text",
+    return Workload(name, f"the causal language model of {path}, on the gpt workload's text",
                     build_config, global_batch=32, steps=60, lr=3e-3, tokens_per_sample=gpt.SEQ_LEN)
