@@ -13,11 +13,11 @@ from paratrain.bench.finalize import finalize
 from paratrain.errors import ConfigError
 from tests.helpers.requirements import requires
 
-# The llama workload (a transformers Llama) at 9.8 M parameters with activation checkpointing: advise sizes one
-# process at ~223 MiB and ddp×2 at ~224 MiB per rank (a whole replica each), fsdp×2 at ~124 MiB and zero3×2 at
-# ~146 MiB (half the state).
-SIZE = {"workload": "llama", "width": 384, "depth": 6, "activation_checkpointing": True}
-BUDGET_GIB = 0.18
+# The llama workload (a transformers Llama) at 3 M parameters with activation checkpointing: advise sizes one
+# process at ~92 MiB and ddp×2 at ~80 MiB per rank (a whole replica each), fsdp×2 at ~51 MiB and zero3×2 at ~60 MiB
+# (half the state), so a 66.6 MiB budget lets only the sharded methods start.
+SIZE = {"workload": "llama", "width": 256, "depth": 4, "activation_checkpointing": True}
+BUDGET_GIB = 0.065
 METHODS = ["single", "ddp", "fsdp", "deepspeed:zero3"]
 pytestmark = requires("transformers")
 
