@@ -32,12 +32,12 @@ def test_failing_cell_is_isolated_with_reason_and_log(tmp_path):
 
 
 def test_sweep_reports_the_winner_at_each_size(tmp_path):
-    check(paratrain("compare", "--strategies", "single,ddp", "--nproc", "1", "--steps", "12", "--warmup", "2",
+    check(paratrain("compare", "--strategies", "single,dp", "--nproc", "1", "--steps", "12", "--warmup", "2",
                     "--sweep", "width=16,256", "--out", str(tmp_path / "sw"), "--db", str(tmp_path / "h.db"),
                     timeout=400))
     summary = json.loads((tmp_path / "sw" / "sweep.json").read_text())
     assert [p["value"] for p in summary["points"]] == [16, 256]
-    assert all(p["winner"] in {"single×1", "ddp×1"} for p in summary["points"])
+    assert all(p["winner"] in {"single×1", "dp×1"} for p in summary["points"])
     assert summary["points"][0]["param_count"] < summary["points"][1]["param_count"]
     assert summary["summary"].startswith(("The winner changes", "The same method wins"))
     assert (tmp_path / "sw" / "sweep.png").read_bytes()[:8] == PNG

@@ -30,6 +30,7 @@ def _free_port() -> int:
 class ToyLauncher:
     name = "toy"
     starts_workers = True
+    runs_torch = False
 
     def __init__(self) -> None:
         self.started: list[dict[str, str]] = []  # each rank's own variables, for the test to look at

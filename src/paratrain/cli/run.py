@@ -90,7 +90,7 @@ def run(
     values = {**cluster.defaults(os.environ), **load_config(config)}  # the scheduler's < paratrain.toml < flags
     settings = merge(values, flags)
     _note_flags_after_script(settings.script, settings.args)
-    if _launches_torchrun(settings.strategy):
+    if _runs_torch(settings.strategy):
         _import_torch_quietly(bool(settings.verbose))
     plan = build_plan(settings)
     if dry_run:
@@ -150,15 +150,16 @@ def _note_flags_after_script(script: str | None, args: list[str]) -> None:
                        f"script is the script's); put {it} before {name} to give {it} to paratrain")
 
 
-def _launches_torchrun(spec: str) -> bool:
-    """Whether this method starts worker processes (so the launcher's own torch logs are its own)."""
+def _runs_torch(spec: str) -> bool:
+    """Whether this method's launcher runs torch's own code here (torchrun's agent), so its torch logs are the
+    launcher's own; the other launchers never import torch (TensorFlow's and Horovod's: 2 s saved per launch)."""
     from paratrain.errors import ParatrainError
     from paratrain.launcher import job
     from paratrain.strategies import registry
     from paratrain.strategies.base import parse_spec
 
     try:
-        return job.backend(registry.info(parse_spec(spec)[0]).launcher).starts_workers
+        return job.backend(registry.info(parse_spec(spec)[0]).launcher).runs_torch
     except ParatrainError:
         return False  # build_plan reports the bad spec
 

@@ -90,6 +90,7 @@ class Backend(Protocol):
 
     name: str
     starts_workers: bool  # False: the script runs in this process's fork (no worker processes of its own)
+    runs_torch: bool  # torch's own code runs in this process (torchrun's agent): the launcher imports torch
 
     def plan(self, launch: Launch) -> LaunchPlan:
         """Check what this backend cannot honour (one line each) and make the plan."""
@@ -118,6 +119,7 @@ class ModuleLauncher:
     module: str  # what `python -m` runs
     joined_what: str  # "a process group (no paratrain.Session, no init_process_group)"
     starts_workers = True
+    runs_torch = False
 
     def shell_line(self, plan: LaunchPlan) -> str:
         return module_line(plan, self.module)

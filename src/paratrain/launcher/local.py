@@ -77,6 +77,7 @@ class Local:
 
     name = "local"
     starts_workers = False
+    runs_torch = False  # the fork imports what the script imports
 
     def plan(self, launch: Launch) -> LaunchPlan:
         from paratrain.distenv import NPROC_VAR

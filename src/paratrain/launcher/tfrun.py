@@ -53,6 +53,7 @@ class Tfconfig:
 
     name = "tfconfig"
     starts_workers = True
+    runs_torch = False
 
     def plan(self, launch: Launch) -> LaunchPlan:
         """The plan of a TensorFlow launch (see the module docstring)."""

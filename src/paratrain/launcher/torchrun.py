@@ -23,6 +23,7 @@ from paratrain.launcher.watchdog import Watchdog, explain_timeout
 
 class Torchrun(job.ModuleLauncher):
     name = "torchrun"
+    runs_torch = True
     module = "torch.distributed.run"
     joined_what = "a process group (no paratrain.Session, no init_process_group)"
 

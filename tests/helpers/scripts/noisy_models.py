@@ -2,8 +2,8 @@
 exactly under several ranks, and a deliberately different training.
 
     --model conv     convolutions, no randomness (float order only)
-    --model dropout  an MLP with two Dropout layers (per-rank masks)
     --model bn       a conv net with BatchNorm (per-rank statistics on CPU)
+    --model bn-dropout  the conv net with BatchNorm and a Dropout after each (per-rank masks too)
     --broken METHOD  under METHOD on more than one rank, train with a 5× larger loss (SGD: a 5× larger step)
 """
 
@@ -19,17 +19,15 @@ from paratrain.workloads.mlp import digits_split
 
 def build(kind: str) -> nn.Module:
     torch.manual_seed(0)
-    if kind == "dropout":
-        return nn.Sequential(nn.Linear(64, 64), nn.ReLU(), nn.Dropout(0.2), nn.Linear(64, 64), nn.ReLU(),
-                             nn.Dropout(0.2), nn.Linear(64, 10))
-    norm = (lambda c: nn.BatchNorm2d(c)) if kind == "bn" else (lambda c: nn.Identity())
-    return nn.Sequential(nn.Unflatten(1, (1, 8, 8)), nn.Conv2d(1, 8, 3, padding=1), norm(8), nn.ReLU(),
-                         nn.Conv2d(8, 8, 3, padding=1), norm(8), nn.ReLU(), nn.Flatten(), nn.Linear(512, 10))
+    norm = (lambda c: nn.BatchNorm2d(c)) if kind.startswith("bn") else (lambda c: nn.Identity())
+    drop = (lambda: nn.Dropout(0.2)) if kind.endswith("dropout") else nn.Identity
+    return nn.Sequential(nn.Unflatten(1, (1, 8, 8)), nn.Conv2d(1, 8, 3, padding=1), norm(8), nn.ReLU(), drop(),
+                         nn.Conv2d(8, 8, 3, padding=1), norm(8), nn.ReLU(), drop(), nn.Flatten(), nn.Linear(512, 10))
 
 
 def main() -> None:
     p = argparse.ArgumentParser()
-    p.add_argument("--model", choices=("conv", "dropout", "bn"), required=True)
+    p.add_argument("--model", choices=("conv", "bn", "bn-dropout"), required=True)
     p.add_argument("--broken", default=None)
     p.add_argument("--steps", type=int, default=40)
     p.add_argument("--optim", choices=("sgd", "adamw"), default="sgd")
