@@ -1,6 +1,7 @@
 """The bad-input catalogue: every mistake is one line naming the problem and the fix, a non-zero exit (2 for usage
 errors), no traceback from paratrain's own frames, and no file of the user's overwritten."""
 
+import shutil
 import socket
 import sys
 from types import SimpleNamespace
@@ -194,12 +195,18 @@ def test_prepared_model_and_loader_left_unused_is_detected(tmp_path):
     one_line_error(proc, 2, "model and loader returned by session.prepare() were not used")
 
 
-@pytest.fixture
-def good_checkpoint(tmp_path):
-    folder = tmp_path / "ckpt"
+@pytest.fixture(scope="module")
+def saved_checkpoint(tmp_path_factory):
+    folder = tmp_path_factory.mktemp("saved") / "ckpt"
     proc = python(CKPT, "save", str(folder))
     assert proc.returncode == 0, proc.stderr
     return folder
+
+
+@pytest.fixture
+def good_checkpoint(saved_checkpoint, tmp_path):
+    """A fresh copy of one saved checkpoint for each test to damage."""
+    return shutil.copytree(saved_checkpoint, tmp_path / "ckpt")
 
 
 def _snapshot(folder):
