@@ -28,15 +28,10 @@ def test_zero3_with_everything_offloaded_matches(tmp_path, reference):
     assert_equivalent(reference("adamw"), run)
 
 
-def test_a_zero3_checkpoint_resumes_under_ddp_and_a_ddp_one_under_zero2(tmp_path, reference):
+def test_a_ddp_checkpoint_resumes_under_zero2(tmp_path, reference):
+    """Loading into DeepSpeed's engine. (DeepSpeed's own checkpoints resume under single in
+    tests/strategies/test_conformance.py, and every replicating method loads them the same way.)"""
     ref = reference("adamw")
-    ckpt = tmp_path / "z3"
-    train("deepspeed:zero3", 2, tmp_path / "first", "adamw", 100, "--save", str(ckpt))
-    # (under single: tests/strategies/test_conformance.py resumes every method's checkpoint there)
-    resumed = train("ddp", 2, tmp_path / "ddp", "adamw", 200, "--load", str(ckpt))
-    loss, weight = max_diffs(ref, resumed, offset=100)  # the resumed run's 100 steps vs the last 100
-    assert loss <= 1e-5 and weight <= 1e-5, ("ddp", loss, weight)
-    # and a ddp checkpoint resumes under ZeRO-2
     train("ddp", 2, tmp_path / "ddp100", "adamw", 100, "--save", str(tmp_path / "ddp_ckpt"))
     resumed = train("deepspeed:zero2", 2, tmp_path / "z2", "adamw", 200, "--load", str(tmp_path / "ddp_ckpt"))
     loss, weight = max_diffs(ref, resumed, offset=100)  # the resumed run's 100 steps vs the last 100
