@@ -100,3 +100,12 @@ def test_an_unreliable_efficiency_is_ringed_and_named_on_the_scaling_plot():
         assert fig.axes[1].texts[0].xy == (2, pytest.approx(312.5))
     finally:
         plt.close(fig)
+
+
+def test_the_memory_panel_says_in_words_what_its_peak_is():
+    results = sample_results()
+    for cell in results["cells"]:
+        cell["peak_mem_kind"] = "rss_above_start"
+    fig = plots._memory_figure(results)
+    assert fig.axes[0].get_title() == "Peak memory per rank (RSS above the Session's start)"
+    plot_base.pyplot().close(fig)

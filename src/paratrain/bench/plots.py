@@ -93,6 +93,9 @@ def _per_rank(cells: list[dict[str, Any]], field: str) -> dict[str, dict[str, fl
 
 
 STACK_MEMORY = 6  # more cells than this: the two memory panels go one above the other, each the full width
+# what a peak means, in words short enough for a panel title (the report's text says it in full)
+MEMORY_KINDS = {"cuda": "CUDA max allocated", "rss_above_start": "RSS above the Session's start",
+                "rss": "process RSS"}
 
 
 def _memory_figure(results: dict[str, Any]) -> Any:
@@ -103,7 +106,8 @@ def _memory_figure(results: dict[str, Any]) -> Any:
     else:
         fig, axes = pyplot().subplots(1, 2, figsize=(FIGSIZE[0] * 1.5, FIGSIZE[1]))
     kinds = sorted({c.get("peak_mem_kind") or "rss" for c in cells}) or ["rss"]
-    for ax, field, title in ((axes[0], "peak_mem_bytes", f"Peak memory per rank ({'/'.join(kinds)})"),
+    what = " / ".join(MEMORY_KINDS.get(kind, kind) for kind in kinds)
+    for ax, field, title in ((axes[0], "peak_mem_bytes", f"Peak memory per rank ({what})"),
                              (axes[1], "state_bytes", "Model state per rank (params+grads+optimizer)")):
         series = _per_rank(cells, field)
         if series:
