@@ -15,7 +15,7 @@ help:
 	@echo "make install      core package only (torch, typer, rich, nvidia-ml-py, psutil)"
 	@echo "make install-all  every extra: [all,test]"
 	@echo "make install-horovod  build (or reuse the cached) Horovod wheel: paratrain setup horovod"
-	@echo "make lint         ruff, then mypy over strategies/, launcher/ and session.py"
+	@echo "make lint         ruff, then mypy over strategies/, launcher/ and the Session"
 
 $(VENV)/.torch:
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)

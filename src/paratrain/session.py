@@ -13,20 +13,18 @@ import dataclasses
 import sys
 import time
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any, Literal
 
 import torch
 
-from paratrain import batchnorm, blocks, checkpoint, distenv, evaluation, fastpath, metrics
+from paratrain import batchnorm, blocks, checkpoint, evaluation, fastpath, metrics, session_start
 from paratrain import options as train_options
 from paratrain import precision as amp
 from paratrain.console import notice, user_print
 from paratrain.data import MicroBatch, ShardedLoader
 from paratrain.distenv import DistEnv
-from paratrain.errors import ConfigError, LaunchError, ParatrainError
+from paratrain.errors import ConfigError, LaunchError
 from paratrain.progress import Progress
-from paratrain.resume import AutoCheckpoint
 from paratrain.run_hooks import RunHooks
 from paratrain.strategies import _procgroup, registry
 from paratrain.strategies.base import BackwardSyncControl, Strategy
@@ -54,7 +52,7 @@ class Session:
         keep: int | None = None,
         **options: Any,
     ) -> None:
-        _install_failure_hook()
+        session_start.install_failure_hook()
         metrics.start_peak_rss()  # this rank's peak memory is counted from here (metrics.peak_memory)
         self.options = train_options.resolve(options, train_options.from_env())
         self._hooks = RunHooks.from_environ()  # what compare asks of a measured run (paratrain.run_hooks)
@@ -62,7 +60,7 @@ class Session:
             self.options = dataclasses.replace(self.options,
                                                grad_accum=self.options.grad_accum * self._hooks.accum_split)
         self.env = DistEnv.from_environ()
-        spec = _choose_spec(strategy, self.env)
+        spec = session_start.choose_spec(strategy, self.env)
         cls, method_options = registry.resolve(spec, self.env.options)
         registry.require_available(cls)
         if not issubclass(cls, Strategy):  # a TensorFlow method: trained by Keras through paratrain.tf
@@ -75,7 +73,7 @@ class Session:
                 hint=f"run `paratrain run --strategy {spec} --nproc 2 {script}`",
             )
         self._strategy: Strategy = cls(method_options, self.env)
-        self._auto = _auto_checkpoint(self.env, checkpoint_dir, checkpoint_every, keep)
+        self._auto = session_start.auto_checkpoint(self.env, checkpoint_dir, checkpoint_every, keep)
         self.grad_accum = self.options.grad_accum
         self.per_rank_batch = self.options.per_rank_batch
         self.seed = self.options.seed if self.options.seed is not None else 0
@@ -100,7 +98,7 @@ class Session:
         self._strategy.setup()
         amp.check_supported(self.options.precision, self.device)
         if self.options.seed is not None:
-            _seed_everything(self.options.seed)
+            session_start.seed_everything(self.options.seed)
         self._metrics = metrics.StepRecorder.from_env(self.rank)
         self._metrics.comm_visible = self._strategy.profiler_sees_collectives
         self._progress = Progress.from_env(self.rank)
@@ -203,7 +201,7 @@ class Session:
             self.load(str(latest))  # a restarted job continues where its last complete checkpoint left it
             notice(f"resumed from {latest} (step {self.step_count})")
         if self._hooks.reseed is not None:  # compare's seed floor (paratrain.run_hooks)
-            _seed_everything(self._hooks.reseed)
+            session_start.seed_everything(self._hooks.reseed)
         out: tuple = (model, optimizer, self._loader)
         return (*out, scheduler) if scheduler is not None else out
 
@@ -417,80 +415,3 @@ class Session:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _differs(requested: str, env: DistEnv) -> bool:
-    """Does the script's own spec (name and options) disagree with what the launcher passed?"""
-    assert env.strategy is not None
-    if registry.parse_spec(requested)[0] != registry.parse_spec(env.strategy)[0]:
-        return True
-    return registry.resolve(requested)[1] != registry.resolve(env.strategy, env.options)[1]
-
-
-def _seed_everything(seed: int) -> None:
-    """The same seed on every rank: model initialisation, dropout streams and any random draw in the script start
-    alike under every method."""
-    import random
-
-    random.seed(seed)
-    try:
-        import numpy as np
-    except ImportError:
-        pass
-    else:
-        np.random.seed(seed)
-    torch.manual_seed(seed)  # seeds every CUDA device too
-
-
-def _install_failure_hook() -> None:
-    """An uncaught exception must make close() skip its final barrier (the other ranks may wait on this one).
-
-    A paratrain error that reaches the top of a script started with plain ``python`` (say, ``Session("ddp")``
-    without a launcher) is one line with its fix, not a traceback; ``PARATRAIN_DEBUG=1`` shows the traceback.
-    """
-    previous = sys.excepthook
-    if getattr(previous, "_paratrain", False):
-        return
-
-    def hook(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
-        _procgroup.mark_failing()
-        if isinstance(exc, ParatrainError) and not distenv.debug():
-            print(f"paratrain: error: {exc.one_line()}", file=sys.stderr, flush=True)
-            return
-        previous(kind, exc, tb)
-
-    hook._paratrain = True  # type: ignore[attr-defined]
-    sys.excepthook = hook
-
-
-def _auto_checkpoint(env: DistEnv, folder: str | None, every: int | None,
-                     keep: int | None) -> AutoCheckpoint | None:
-    """Periodic checkpoints from Session arguments or the launcher's --checkpoint-* flags; they must not disagree."""
-    for name, mine, theirs in (("checkpoint_dir", folder, env.checkpoint_dir),
-                               ("checkpoint_every", every, env.checkpoint_every), ("keep", keep, env.keep)):
-        if mine is not None and theirs is not None and str(mine) != str(theirs):
-            raise ConfigError(f"Session({name}={mine!r}) disagrees with the launcher's --{name.replace('_', '-')} "
-                              f"{theirs}", hint="set it in one place")
-    folder = folder or env.checkpoint_dir
-    every = every or env.checkpoint_every
-    keep = keep or env.keep or 2
-    if folder is None and every is None:
-        return None
-    if folder is None or every is None:
-        raise ConfigError("periodic checkpoints need both a directory and an interval",
-                          hint="give --checkpoint-dir DIR --checkpoint-every N (or both Session arguments)")
-    return AutoCheckpoint(Path(folder), every, keep)
-
-
-def _choose_spec(requested: str | None, env: DistEnv) -> str:
-    if requested and env.strategy and _differs(requested, env):
-        raise ConfigError(
-            f'the script asks for Session("{requested}") but was launched with --strategy {env.strategy}',
-            hint="drop the argument so the launcher decides, or launch with the same --strategy",
-        )
-    if env.strategy:
-        return env.strategy
-    if requested:
-        return requested
-    # A native torchrun launch of a Session script: several ranks mean DDP, never independent copies.
-    return "ddp" if env.launched and env.world_size > 1 else "single"
