@@ -82,6 +82,10 @@ def peak_rss_above_start() -> int | None:
         return None
 
 
+# The peaks peak_memory() reports, in words (the job's last line and compare's memory plot say which was measured).
+MEMORY_KINDS = {"cuda": "CUDA max allocated", "rss_above_start": "RSS above the Session's start"}
+
+
 def peak_memory() -> dict[str, Any] | None:
     """This rank's peak, for the job's last line: CUDA's max allocated where a GPU was used, else the RSS above the
     Session's start; None when neither was measured (a script without a Session on a CPU)."""

@@ -17,6 +17,7 @@ from typing import Any
 from paratrain.bench.plot_base import FIGSIZE, bar_value, empty, fig_width, layout, legend, ok_cells, pyplot, save
 from paratrain.bench.plots_explain import plot_breakdown, plot_scaling, world_sizes
 from paratrain.bench.recommend import MIB, is_flagged
+from paratrain.metrics import MEMORY_KINDS
 
 CROWDED_LEGEND = 6  # more entries than this: the legend goes beside the axes, where it hides no curve
 
@@ -93,9 +94,8 @@ def _per_rank(cells: list[dict[str, Any]], field: str) -> dict[str, dict[str, fl
 
 
 STACK_MEMORY = 6  # more cells than this: the two memory panels go one above the other, each the full width
-# what a peak means, in words short enough for a panel title (the report's text says it in full)
-MEMORY_KINDS = {"cuda": "CUDA max allocated", "rss_above_start": "RSS above the Session's start",
-                "rss": "process RSS"}
+# what a peak means, in words (compare falls back to the whole process's RSS where a rank reported none)
+PEAK_WORDS = {**MEMORY_KINDS, "rss": "process RSS"}
 
 
 def _memory_figure(results: dict[str, Any]) -> Any:
@@ -106,7 +106,7 @@ def _memory_figure(results: dict[str, Any]) -> Any:
     else:
         fig, axes = pyplot().subplots(1, 2, figsize=(FIGSIZE[0] * 1.5, FIGSIZE[1]))
     kinds = sorted({c.get("peak_mem_kind") or "rss" for c in cells}) or ["rss"]
-    what = " / ".join(MEMORY_KINDS.get(kind, kind) for kind in kinds)
+    what = " / ".join(PEAK_WORDS.get(kind, kind) for kind in kinds)
     for ax, field, title in ((axes[0], "peak_mem_bytes", f"Peak memory per rank ({what})"),
                              (axes[1], "state_bytes", "Model state per rank (params+grads+optimizer)")):
         series = _per_rank(cells, field)

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
 from paratrain.errors import ConfigError, LaunchError
+from paratrain.metrics import MEMORY_KINDS
 
 if TYPE_CHECKING:
     from paratrain.launcher.config import RunConfig
@@ -194,9 +195,6 @@ def processes_line(plan: LaunchPlan, done: Mapping[int, dict], spec: str, elapse
     where = "GPU" if gpu_count() else "CPU"
     line = f"{spec} × {count(plan.world_size, 'process', 'processes')} ({where}) finished in {elapsed:.1f} s"
     return line + memory_note(done, plan.nproc)
-
-
-MEMORY_KINDS = {"cuda": "CUDA max allocated", "rss_above_start": "RSS above the Session's start"}
 
 
 def memory_note(done: Mapping[int, dict], nproc: int) -> str:
