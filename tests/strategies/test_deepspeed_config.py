@@ -58,3 +58,14 @@ def test_fp16_with_clipping_under_zero_is_refused_as_deepspeed_would_clip_the_sc
         DeepSpeedStrategy.final_config(DeepSpeedOptions(zero_stage=2), clipped)
     assert DeepSpeedStrategy.final_config(DeepSpeedOptions(zero_stage=0), clipped)["gradient_clipping"] == 1.0
     assert DeepSpeedStrategy.final_config(DeepSpeedOptions(zero_stage=3), TrainOptions(precision="fp16-mixed"))
+
+
+def test_the_reduce_bucket_is_no_larger_than_the_model_unless_the_json_sizes_it():
+    """ZeRO allocates its bucket whole on every backward: DeepSpeed's 5e8 elements are 1.9 GiB for any model."""
+    config = {"zero_optimization": {"stage": 3}}
+    assert ds_config.size_buckets(config, 3_000_000)["zero_optimization"] == {"stage": 3,
+                                                                             "reduce_bucket_size": 3_000_000}
+    assert ds_config.size_buckets(config, 8 * 10**9)["zero_optimization"]["reduce_bucket_size"] == 500_000_000
+    theirs = {"zero_optimization": {"stage": 2, "reduce_bucket_size": 1234}}
+    assert ds_config.size_buckets(theirs, 3_000_000) == theirs
+    assert config == {"zero_optimization": {"stage": 3}}  # the config given is not changed

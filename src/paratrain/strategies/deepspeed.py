@@ -202,6 +202,7 @@ class DeepSpeedStrategy(Strategy, BackwardSyncControl):
         if optimizer is not None:
             self._names = [[names[id(p)] for p in g["params"]] for g in optimizer.param_groups]
         config = self.final_config(self.options, self.train)
+        config = ds_config.size_buckets(config, sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters()))
         if self._deferred:
             from paratrain.strategies.deepspeed_init import partition_from_rank0
 
