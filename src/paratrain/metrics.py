@@ -83,7 +83,8 @@ def peak_rss_above_start() -> int | None:
 
 
 # The peaks peak_memory() reports, in words (the job's last line and compare's memory plot say which was measured).
-MEMORY_KINDS = {"cuda": "CUDA max allocated", "rss_above_start": "RSS above the Session's start"}
+MEMORY_KINDS = {"cuda": "CUDA max allocated", "cpu_tensors": "CPU tensors' peak over the profiled steps",
+                "rss_above_start": "RSS above the Session's start"}
 
 
 def peak_memory() -> dict[str, Any] | None:
@@ -109,6 +110,8 @@ class StepRecorder:
         self._profiler: Any = None
         self._world = 1
         self.comm_visible = True  # False: the profiler cannot see the method's collectives (Horovod's)
+        self._live_at_window: int | None = None  # CPU tensor bytes alive when the profiled steps began
+        self._cpu_tensor_peak: int | None = None  # and their peak over those steps (tensor_peak.py)
 
     @property
     def enabled(self) -> bool:
@@ -196,13 +199,23 @@ class StepRecorder:
             self._world = dist.get_world_size() if dist.is_initialized() else 1
             import torch
 
-            activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
-            self._profiler = profile(activities=activities, record_shapes=True)
+            cuda = torch.cuda.is_available()
+            activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+            if not cuda:  # a CPU has no allocator statistics: the profiler's memory events are the count
+                from paratrain.tensor_peak import live_cpu_tensor_bytes
+
+                self._live_at_window = live_cpu_tensor_bytes()
+            self._profiler = profile(activities=activities, record_shapes=True, profile_memory=not cuda)
             self._profiler.__enter__()
         elif self._profiler is not None and step >= self._profile_at + self._profile_steps:
             from paratrain.breakdown import analyse, not_measured
 
             self._profiler.__exit__(None, None, None)
+            if self._live_at_window is not None:
+                from paratrain.tensor_peak import peak_above_window_start
+
+                above = peak_above_window_start(self._profiler)
+                self._cpu_tensor_peak = None if above is None else self._live_at_window + above
             result = analyse(self._profiler.events(), self._world, self._profile_steps)
             if not self.comm_visible:
                 result = not_measured(result)
@@ -222,6 +235,8 @@ class StepRecorder:
             self._profiler = None
         summary: dict[str, Any] = {"summary": True, "peak_rss_bytes": peak_rss_bytes(),
                                    "peak_rss_above_start_bytes": peak_rss_above_start(), "t": time.time()}
+        if self._cpu_tensor_peak is not None:
+            summary["cpu_tensor_peak_bytes"] = self._cpu_tensor_peak
         if device is not None and device.type == "cuda":
             import torch
 

@@ -14,7 +14,7 @@ from tests.helpers.launch import check, paratrain
 from tests.helpers.requirements import requires
 
 pytestmark = [pytest.mark.multiprocess, pytest.mark.slow, requires("deepspeed", "transformers")]
-STEPS = "6"
+STEPS = "8"  # the fewest that compare profiles (after 2 warm-up steps, 3 profiled and 3 timed)
 WORKLOAD = ["-w", SIZE["workload"], "--width", str(SIZE["width"]), "--depth", str(SIZE["depth"]),
             "--activation-checkpointing", "--steps", STEPS, "--warmup", "2"]
 
@@ -40,14 +40,17 @@ def test_only_the_sharded_methods_fit_and_they_train_the_one_process_curve(tmp_p
         # the state advise predicts is what the method holds, to DeepSpeed's few scalars (step, norm, overflow flag)
         state = predicted["params"] + predicted["grads"] + predicted["optimizer"]
         assert 0 <= cell["state_bytes"][0] - state <= 64, (key, cell["state_bytes"][0], state)
-        assert all(b and b > 0 for b in cell["peak_mem_bytes"]), key
+        # measured like a GPU's max allocated: the tensors' peak, which holds at least the rank's state
+        assert cell["peak_mem_kind"] == "cpu_tensors", (key, cell["peak_mem_kind"])
+        assert all(peak >= held for peak, held in zip(cell["peak_mem_bytes"], cell["state_bytes"], strict=True)), key
     assert results["reference"] == "fsdp×2" and cells["deepspeed:zero3×2"]["equivalence"] == "exact"
     assert results["recommendation"]["winner"] in sharded
     lines = results["recommendation"]["lines"]
     assert any(line.startswith(f"Not started, as they cannot fit {BUDGET_GIB:.3g} GiB per rank") for line in lines)
     report = (tmp_path / "budget" / "report.md").read_text()
     section = report.split("## Memory per rank", 1)[1].split("\n## ", 1)[0]
-    assert "does not fit: not started" in section and "| fits |" in section and "RSS high-water mark" in section
+    assert "does not fit: not started" in section and "| fits |" in section
+    assert "shown, not held to the budget" in section  # a CPU's peak leaves out what only C++ holds
     assert f"--memory-per-rank {BUDGET_GIB:g}" in report  # in the command that reproduces it
     # the curve they train is one process's, measured without the budget
     single = {c["key"]: c for c in _compare(tmp_path / "single", "--strategies", "single", "--nproc", "1")["cells"]}

@@ -35,13 +35,13 @@ def summarize(folder: Path, *, warmup: int, launch_time: float, tokens_per_sampl
     """Aggregate over ranks: a step takes as long as its slowest rank; the global loss is the mean of rank shares."""
     ranks = read_rank_files(folder)
     steps: dict[int, list[dict[str, Any]]] = {}
-    peak, above, cuda_peak, state, threads, logged = [], [], [], [], [], {}
+    peak, above, cuda_peak, tensors, state, threads, logged = [], [], [], [], [], [], {}
     param_count = model = None
     epochs: dict[str, dict[int, float]] = {"epoch_start": {}, "epoch_end": {}}
     closed_at = None
     profiles: dict[int, dict[str, Any]] = {}
     for rank in sorted(ranks):
-        rank_peak = rank_above = rank_cuda = rank_state = None
+        rank_peak = rank_above = rank_cuda = rank_tensors = rank_state = None
         for rec in ranks[rank]:
             if "step" in rec:
                 steps.setdefault(rec["step"], []).append({**rec, "rank": rank})
@@ -55,6 +55,7 @@ def summarize(folder: Path, *, warmup: int, launch_time: float, tokens_per_sampl
                 rank_peak = rec.get("peak_rss_bytes")
                 rank_above = rec.get("peak_rss_above_start_bytes")
                 rank_cuda = rec.get("cuda_max_allocated_bytes")
+                rank_tensors = rec.get("cpu_tensor_peak_bytes")
                 closed_at = rec.get("t") if rank == 0 else closed_at
             elif rank == 0 and (event := next((k for k in epochs if k in rec), None)):
                 epochs[event][rec[event]] = rec["t"]
@@ -65,6 +66,7 @@ def summarize(folder: Path, *, warmup: int, launch_time: float, tokens_per_sampl
         peak.append(rank_peak)
         above.append(rank_above)
         cuda_peak.append(rank_cuda)
+        tensors.append(rank_tensors)
         state.append(rank_state)
     world = len(ranks)
     complete = [s for s in sorted(steps) if len(steps[s]) == world]
@@ -80,12 +82,15 @@ def summarize(folder: Path, *, warmup: int, launch_time: float, tokens_per_sampl
         "threads_per_process": max(threads) if threads else None,  # as the workers reported it
         "param_count": param_count, "model": model, **_epoch_walls(epochs, closed_at),
     }
-    # On GPUs CUDA's max allocated; on a CPU the RSS high-water mark above the Session's start (the imports left
-    # out), where every rank could measure it; else, as Keras cells and older runs, the whole process's RSS peak.
-    use_cuda = any(v is not None for v in cuda_peak)
-    use_above = not use_cuda and bool(above) and all(v is not None for v in above)
-    out["peak_mem_bytes"] = cuda_peak if use_cuda else above if use_above else peak
-    out["peak_mem_kind"] = "cuda" if use_cuda else "rss_above_start" if use_above else "rss"
+    # On GPUs CUDA's max allocated; on a CPU the tensors' peak over the profiled steps (tensor_peak.py) where every
+    # rank profiled, else the RSS high-water mark above the Session's start (the imports left out); else, as Keras
+    # cells and older runs, the whole process's RSS peak.
+    if any(b is not None for b in cuda_peak):
+        kind, values = "cuda", cuda_peak
+    else:
+        kinds = (("cpu_tensors", tensors), ("rss_above_start", above))
+        kind, values = next(((k, v) for k, v in kinds if v and all(b is not None for b in v)), ("rss", peak))
+    out["peak_mem_bytes"], out["peak_mem_kind"] = values, kind
     if timed:
         median = statistics.median(timed)
         out["step_time_median_s"] = median

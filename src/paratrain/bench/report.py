@@ -140,6 +140,9 @@ def _efficiency_footnotes(results: dict[str, Any]) -> list[str]:
 
 MEMORY_MEANS = {
     "cuda": "CUDA's max allocated",
+    "cpu_tensors": "the bytes of CPU tensors at their highest over the profiled steps (torch's profiler counts each "
+                   "allocation and free), CUDA's max allocated on a CPU; tensors only C++ holds (DDP's gradient "
+                   "buckets, Horovod's fusion buffer) are not in it",
     "rss_above_start": "the RSS high-water mark above each rank's Session start (the method, model, optimizer "
                        "state and activations; the interpreter and its imports left out)",
     "rss": "the whole process's RSS high-water mark, imports included",
