@@ -184,13 +184,16 @@ class StepRecorder:
         if self._profiler is not None:
             record["profiled"] = True  # slower under the profiler: left out of the throughput
         self.write(record)
-        self._profile(step, model)
+        self._stop_profile(step)
         self._last, self._loss, self._samples = time.perf_counter(), 0.0, 0
         self._phases = dict.fromkeys(PHASES, 0.0)
 
-    def _profile(self, step: int, model: torch.nn.Module | None) -> None:
-        """Start the profiler after step START (so whole steps are inside it), stop it COUNT steps later."""
-        if self._profile_at is None:
+    def gradients_freed(self, step: int) -> None:
+        """Step ``step`` is over and its gradients are freed: the profiled steps start here when ``step`` is START
+        (so whole steps are inside), and end COUNT steps later (:meth:`_stop_profile`). Not earlier: torch's
+        profiler cannot see the free of a tensor allocated before it started, so the gradients freed after the
+        step would count as alive in the CPU tensors' peak."""
+        if self._file is None or self._profile_at is None:
             return
         if step == self._profile_at and self._profiler is None:
             import torch.distributed as dist
@@ -207,20 +210,24 @@ class StepRecorder:
                 self._live_at_window = live_cpu_tensor_bytes()
             self._profiler = profile(activities=activities, record_shapes=True, profile_memory=not cuda)
             self._profiler.__enter__()
-        elif self._profiler is not None and step >= self._profile_at + self._profile_steps:
-            from paratrain.breakdown import analyse, not_measured
+            self._last = time.perf_counter()  # the next step is timed from here: opening the window is not in it
 
-            self._profiler.__exit__(None, None, None)
-            if self._live_at_window is not None:
-                from paratrain.tensor_peak import peak_above_window_start
+    def _stop_profile(self, step: int) -> None:
+        if self._profile_at is None or self._profiler is None or step < self._profile_at + self._profile_steps:
+            return
+        from paratrain.breakdown import analyse, not_measured
 
-                above = peak_above_window_start(self._profiler)
-                self._cpu_tensor_peak = None if above is None else self._live_at_window + above
-            result = analyse(self._profiler.events(), self._world, self._profile_steps)
-            if not self.comm_visible:
-                result = not_measured(result)
-            self._profiler, self._profile_at = None, None
-            self.write({"profile": result})
+        self._profiler.__exit__(None, None, None)
+        if self._live_at_window is not None:
+            from paratrain.tensor_peak import peak_above_window_start
+
+            above = peak_above_window_start(self._profiler)
+            self._cpu_tensor_peak = None if above is None else self._live_at_window + above
+        result = analyse(self._profiler.events(), self._world, self._profile_steps)
+        if not self.comm_visible:
+            result = not_measured(result)
+        self._profiler, self._profile_at = None, None
+        self.write({"profile": result})
 
     def epoch(self, event: str, epoch: int) -> None:
         """The loader started (``epoch_start``) or finished (``epoch_end``) a pass: compare's wall time per epoch

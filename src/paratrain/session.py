@@ -268,6 +268,7 @@ class Session:
         self._metrics.step_end(self.step_count + 1, self._model, self._optimizer,  # before grads are freed
                                self._strategy.state_bytes)
         self._optimizer.zero_grad(set_to_none=True)
+        self._metrics.gradients_freed(self.step_count + 1)
         if self._scheduler is not None:
             self._step_scheduler()
         self.step_count += 1

@@ -2,17 +2,21 @@
 
 Why: a CPU process's RSS high-water mark is not what advise predicts. glibc keeps freed activation memory in its
 heap, fragmented, so the RSS of a training loop climbs for several steps past what its tensors ever held (a 24 M
-parameter llama: 1.58 GiB of RSS for 0.92 GiB of tensors), and modules imported after the Session starts count
+parameter llama: 1.53 GiB of RSS for 0.92 GiB of tensors, which advise puts at 0.92 GiB), and modules imported after the Session starts count
 too. CUDA's caching allocator reports the bytes its tensors hold instead, and that is what advise models and a
 budget can be held to.
 
 torch's CPU allocator reports every allocation and free to the profiler when it profiles memory, so over the steps
 ``compare`` already profiles (for its time breakdown) the running sum of those events is exact. The bytes alive
-when the window opens are counted from the tensors Python can reach — the parameters, gradients, optimizer state,
+when the window opens are counted from the tensors Python can reach — the parameters, optimizer state,
 the engine's flat buffers (DeepSpeed keeps its partitions as tensor attributes) — each storage once. Tensors only
 C++ holds are not seen at that moment: DistributedDataParallel's gradient buckets (a copy of the gradients), and
 Horovod's fusion buffer. Those are allocated before the window opens and stay, so the peak is low by their size;
-``compare`` says so beside those cells.
+the report's footnote says so.
+
+The window opens after a step's gradients are freed: the profiler cannot see the free of a tensor allocated before
+it started (torch warns "Memory block of unknown size was allocated before the profiling started" in the cell's
+log), so tensors freed inside the window must not be alive when it opens.
 """
 
 from __future__ import annotations
