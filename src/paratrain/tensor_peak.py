@@ -2,9 +2,9 @@
 
 Why: a CPU process's RSS high-water mark is not what advise predicts. glibc keeps freed activation memory in its
 heap, fragmented, so the RSS of a training loop climbs for several steps past what its tensors ever held (a 24 M
-parameter llama: 1.53 GiB of RSS for 0.92 GiB of tensors, which advise puts at 0.92 GiB), and modules imported after the Session starts count
-too. CUDA's caching allocator reports the bytes its tensors hold instead, and that is what advise models and a
-budget can be held to.
+parameter llama: 1.53 GiB of RSS for 0.92 GiB of tensors, which advise puts at 0.92 GiB), and modules imported
+after the Session starts count too. CUDA's caching allocator reports the bytes its tensors hold instead, and that is
+what advise models and a budget can be held to.
 
 torch's CPU allocator reports every allocation and free to the profiler when it profiles memory, so over the steps
 ``compare`` already profiles (for its time breakdown) the running sum of those events is exact. The bytes alive

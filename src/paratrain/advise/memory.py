@@ -11,7 +11,8 @@ method really uses, so the figures equal what `compare` measures on real runs by
   granularity; a rank holds the gradients of every tensor that overlaps its partition whole until the step;
 - ``tensor`` (DeepSpeed ZeRO-3): each tensor flattened and cut in N, and tensors under DeepSpeed's persistence
   threshold also kept whole on every rank.
-DeepSpeed also keeps an fp32 master copy of its partition when training in fp32 (``master``).
+DeepSpeed also keeps an fp32 master copy of its partition when training in fp32 (``master``), and allocates its
+gradient-reduction bucket whole (``reduce_bucket``: the model's size up to 5e8 elements, as paratrain configures it).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from dataclasses import dataclass, field
 
 from paratrain.advise import activations
 from paratrain.advise.models import ModelSpec
-from paratrain.strategies.costs import Sharding
+from paratrain.strategies.costs import ZERO_REDUCE_BUCKET, Sharding
 
 PRECISIONS = ("fp32", "bf16-mixed", "fp16-mixed")
 OPTIMIZERS = ("sgd", "sgd-momentum", "adam", "adamw")
@@ -184,6 +185,8 @@ def rank_memory(model: ModelSpec, sharding: Sharding, plan: Plan, rank: int = 0)
             out.notes.append("FSDP's gathered unit not counted (architecture unknown)")
     if sharding.buckets and n > 1:
         out.buffers += out.grads
+    if sharding.reduce_bucket:  # allocated on one rank too: the ZeRO optimizer buckets whatever the world size
+        out.buffers += round(min(ZERO_REDUCE_BUCKET, model.params) * g_b)
     if sharding.fusion_buffer and n > 1:
         out.buffers += HOROVOD_FUSION_BYTES
     if sharding.gathers_outputs and n > 1 and out.activations is not None and model.transformer is not None:

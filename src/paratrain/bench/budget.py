@@ -130,7 +130,7 @@ def over(cell: dict[str, Any], budget: Budget | None) -> str | None:
     """Why a cell that ran broke the budget (its measured peak), or None.
 
     Only a peak that counts what a GPU would hold is held to the budget: CUDA's max allocated. A CPU's RSS
-    high-water mark also holds the allocator's cached pages (a 24 M parameter llama: 1.58 GiB of RSS for 0.92 GiB of
+    high-water mark also holds the allocator's cached pages (a 24 M parameter llama: 1.53 GiB of RSS for 0.92 GiB of
     tensors); the CPU tensors' peak leaves out the buffers only C++ holds (DDP's buckets). On a CPU the report shows
     the peak beside the prediction instead of judging the cell by it."""
     peaks = [b for b in cell.get("peak_mem_bytes") or [] if b is not None]

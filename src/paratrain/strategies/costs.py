@@ -27,6 +27,12 @@ class Sharding:
     gathers_outputs: bool = False  # DataParallel: every replica's output lands on GPU 0
     layout: str = "chunk"  # how shards are cut: "chunk", "flat" or "tensor" (see paratrain.advise.memory)
     master: bool = False  # an fp32 master copy of the partition even in fp32 training (DeepSpeed's ZeRO optimizers)
+    reduce_bucket: bool = False  # ZeRO's gradient-reduction bucket, allocated whole (ZERO_REDUCE_BUCKET at most)
+
+
+# DeepSpeed's reduce_bucket_size default, in elements. paratrain's DeepSpeed config lowers it to the model's size
+# (deepspeed_config.size_buckets), so a ZeRO rank holds min(this, Ψ) gradient elements more than its state.
+ZERO_REDUCE_BUCKET = 500_000_000
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from paratrain.errors import ConfigError, did_you_mean
+from paratrain.strategies.costs import ZERO_REDUCE_BUCKET
 
 # key → the paratrain setting that owns it
 OWNED = {"train_batch_size": "the loader's batch_size (the global batch)",
@@ -120,9 +121,6 @@ def _check_owned(user: dict[str, Any], ours: dict[str, Any], zero: dict[str, Any
                               hint=f'remove it from the JSON and write --strategy {owner}')
 
 
-REDUCE_BUCKET_ELEMENTS = 500_000_000  # DeepSpeed's reduce_bucket_size default
-
-
 def size_buckets(config: dict[str, Any], params: int) -> dict[str, Any]:
     """The config with ZeRO's gradient-reduction bucket no larger than the model, unless the user's JSON sizes it.
 
@@ -134,7 +132,7 @@ def size_buckets(config: dict[str, Any], params: int) -> dict[str, Any]:
     zero = dict(config.get("zero_optimization") or {})
     if "reduce_bucket_size" in zero:
         return config
-    zero["reduce_bucket_size"] = max(1, min(REDUCE_BUCKET_ELEMENTS, params))
+    zero["reduce_bucket_size"] = max(1, min(ZERO_REDUCE_BUCKET, params))
     return {**config, "zero_optimization": zero}
 
 
