@@ -109,3 +109,19 @@ def test_the_memory_panel_says_in_words_what_its_peak_is():
     fig = plots._memory_figure(results)
     assert fig.axes[0].get_title() == "Peak memory per rank (RSS above the Session's start)"
     plot_base.pyplot().close(fig)
+
+
+def test_cells_that_measured_different_peaks_say_which_on_their_tick():
+    """A Keras cell's RSS beside torch cells' tensors is not the same measure: each tick names its kind."""
+    results = sample_results()
+    for i, cell in enumerate(results["cells"]):
+        cell["peak_mem_kind"] = "rss_above_start" if i == 0 else "cpu_tensors"
+    fig = plots._memory_figure(results)
+    try:
+        assert [bar.get_height() for bar in fig.axes[0].patches if bar.get_height() > 0]  # the bars are drawn
+        ticks = [t.get_text() for t in fig.axes[-1].get_xticklabels()]
+        assert ticks[0].endswith(" [RSS]") and all(t.endswith(" [tensors]") for t in ticks[1:] if t), ticks
+        title = fig.axes[0].get_title()
+        assert "not comparable" in title and "RSS: RSS above the Session's start" in title
+    finally:
+        plot_base.pyplot().close(fig)

@@ -96,6 +96,8 @@ def _per_rank(cells: list[dict[str, Any]], field: str) -> dict[str, dict[str, fl
 STACK_MEMORY = 6  # more cells than this: the two memory panels go one above the other, each the full width
 # what a peak means, in words (compare falls back to the whole process's RSS where a rank reported none)
 PEAK_WORDS = {**MEMORY_KINDS, "rss": "process RSS"}
+# each cell's tick says which, when the cells measured different things (a Keras cell's RSS beside torch's tensors)
+PEAK_TAGS = {"cuda": "CUDA", "cpu_tensors": "tensors", "rss_above_start": "RSS", "rss": "process RSS"}
 
 
 def _memory_figure(results: dict[str, Any]) -> Any:
@@ -106,8 +108,13 @@ def _memory_figure(results: dict[str, Any]) -> Any:
     else:
         fig, axes = pyplot().subplots(1, 2, figsize=(FIGSIZE[0] * 1.5, FIGSIZE[1]))
     kinds = sorted({c.get("peak_mem_kind") or "rss" for c in cells}) or ["rss"]
-    what = " / ".join(PEAK_WORDS.get(kind, kind) for kind in kinds)
-    for ax, field, title in ((axes[0], "peak_mem_bytes", f"Peak memory per rank ({what})"),
+    peak_title = f"Peak memory per rank ({PEAK_WORDS.get(kinds[0], kinds[0])})"
+    tagged = None
+    if len(kinds) > 1:  # not the same measure: the bars of different kinds must not be read against each other
+        tagged = [f"{c['key']} [{PEAK_TAGS.get(c.get('peak_mem_kind') or 'rss', '?')}]" for c in cells]
+        peak_title = ("Peak memory per rank, not comparable across kinds:\n"
+                      + "; ".join(f"{PEAK_TAGS.get(k, k)}: {PEAK_WORDS.get(k, k)}" for k in kinds))
+    for ax, field, title in ((axes[0], "peak_mem_bytes", peak_title),
                              (axes[1], "state_bytes", "Model state per rank (params+grads+optimizer)")):
         series = _per_rank(cells, field)
         if series:
@@ -116,6 +123,8 @@ def _memory_figure(results: dict[str, Any]) -> Any:
         else:
             empty(ax, "not measured")
         ax.set_title(title)
+        if tagged:
+            ax.set_xticks(range(len(keys)), tagged)
     return layout(fig)
 
 
