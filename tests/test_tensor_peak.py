@@ -3,7 +3,10 @@ plus the highest running sum of the allocations and frees the profiler records i
 
 from __future__ import annotations
 
+import warnings
+
 import torch
+import torch.distributed  # its deprecated reduce_op warns when isinstance() looks at it
 from torch.profiler import ProfilerActivity, profile
 
 from paratrain.tensor_peak import live_cpu_tensor_bytes, peak_above_window_start
@@ -37,3 +40,10 @@ def test_a_window_without_allocations_has_no_peak():
     with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
         pass
     assert peak_above_window_start(prof) is None
+
+
+def test_the_scan_prints_no_warning_into_the_users_log():
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        live_cpu_tensor_bytes()
+    assert [str(w.message) for w in caught] == []

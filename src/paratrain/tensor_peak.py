@@ -22,6 +22,7 @@ log), so tensors freed inside the window must not be alive when it opens.
 from __future__ import annotations
 
 import gc
+import warnings
 from typing import Any
 
 
@@ -30,9 +31,10 @@ def live_cpu_tensor_bytes() -> int:
     import torch
 
     storages: dict[int, int] = {}
-    for obj in gc.get_objects():
-        if not isinstance(obj, torch.Tensor):
-            continue
+    with warnings.catch_warnings():  # isinstance() on some deprecated torch objects warns (dist.reduce_op)
+        warnings.simplefilter("ignore")
+        tensors = [obj for obj in gc.get_objects() if isinstance(obj, torch.Tensor)]
+    for obj in tensors:
         try:
             if obj.device.type != "cpu" or obj.is_meta:
                 continue
