@@ -167,15 +167,14 @@ class StepRecorder:
         if not self._state_written:
             import torch
 
-            from paratrain.model_facts import model_facts
+            from paratrain.model_facts import model_facts, param_count
 
             # The thread count the process really trains with, read here rather than trusted from the launcher.
-            # param_count is the whole model's (a sharded DTensor's numel() is its global size; a ZeRO-3 parameter's
-            # numel() is 0 between uses, its ds_numel the full count): `advise` matches measurements to the model it
-            # is asked about by it.
+            # param_count is the whole model's, however sharded: `advise` matches measurements to the model it is
+            # asked about by it.
             # model facts (dropout, BatchNorm, convolutions) let compare say why losses may differ between methods.
             self.write({"state_bytes": held(model, optimizer), "threads": torch.get_num_threads(),
-                        "param_count": sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters()),
+                        "param_count": param_count(model),
                         "model": model_facts(model)})
             self._state_written = True
         now = time.perf_counter()

@@ -20,6 +20,12 @@ def _counted(counter: Counter[str]) -> list[str]:
     return [name if n == 1 else f"{name} ×{n}" for name, n in counter.items()]
 
 
+def param_count(model: nn.Module) -> int:
+    """The whole model's parameters, wherever they are held: a sharded DTensor's numel() is its global size; a
+    ZeRO-3 parameter's numel() is 0 between uses and its ds_numel the full count."""
+    return sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters())
+
+
 def batchnorm_layers(model: nn.Module) -> list[str]:
     """BatchNorm layers that normalise with per-process statistics (SyncBatchNorm excluded), counted by type."""
     return _counted(Counter(type(m).__name__ for m in model.modules()

@@ -198,11 +198,13 @@ class DeepSpeedStrategy(Strategy, BackwardSyncControl):
     def wrap(self, model, optimizer):
         import deepspeed
 
+        from paratrain.model_facts import param_count
+
         names = {id(p): n for n, p in model.named_parameters()}
         if optimizer is not None:
             self._names = [[names[id(p)] for p in g["params"]] for g in optimizer.param_groups]
         config = self.final_config(self.options, self.train)
-        config = ds_config.size_buckets(config, sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters()))
+        config = ds_config.size_buckets(config, param_count(model))
         if self._deferred:
             from paratrain.strategies.deepspeed_init import partition_from_rank0
 
