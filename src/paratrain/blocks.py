@@ -35,4 +35,15 @@ def checkpoint_activations(model: nn.Module) -> int:
                                "--activation-checkpointing")
     for block in blocks:
         checkpoint(block)
+    _stop_kv_cache(model)
     return len(blocks)
+
+
+def _stop_kv_cache(model: nn.Module) -> None:
+    """A Hugging Face model fills a key/value cache in training too when its config says ``use_cache`` (the default),
+    and each block's recompute appends that block's keys and values to it again, kept until backward ends: 12 MiB more
+    per block on a 24 M parameter llama, half again the checkpointed peak. transformers turns the cache off under its
+    own gradient checkpointing for the same reason; so does ours."""
+    config = getattr(model, "config", None)
+    if getattr(config, "use_cache", False):
+        config.use_cache = False

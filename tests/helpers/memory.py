@@ -1,6 +1,7 @@
-"""The peak of CPU memory one training step allocates, from torch's own profiler (``profile_memory=True``): every
-allocation and free is attributed to the op that made it, so the running sum of the ops' own bytes, in the order
-they started, follows live memory — including what activation checkpointing recomputes during backward."""
+"""The peak of CPU memory one training step allocates, counted the way compare counts it (paratrain.tensor_peak):
+torch's CPU allocator reports every allocation and free to the profiler, so their running sum follows live memory
+at each instant — including what activation checkpointing recomputes during backward and the temporaries an op
+frees before it returns."""
 
 from __future__ import annotations
 
@@ -9,16 +10,16 @@ from typing import Any
 
 import torch
 
+from paratrain.tensor_peak import peak_above_window_start
+
 
 def step_peak_bytes(step: Callable[[], None]) -> int:
     """Peak bytes allocated above the starting point while ``step`` runs (forward and backward). Run one step before:
     gradients then already exist, so the peak is the activations' alone."""
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
         step()
-    live = peak = 0
-    for event in sorted(prof.events(), key=lambda e: e.time_range.start):
-        live += event.self_cpu_memory_usage
-        peak = max(peak, live)
+    peak = peak_above_window_start(prof)
+    assert peak is not None, "the profiler recorded no CPU memory events"
     return peak
 
 

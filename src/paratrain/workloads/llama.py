@@ -56,6 +56,7 @@ def build_from(config_of: Any, seed: int = 0, init: Init = nullcontext) -> Built
     if config.vocab_size < vocab:
         raise ConfigError(f"the config's vocabulary ({config.vocab_size}) is smaller than the bundled text's "
                           f"{vocab} characters", hint="use a config with vocab_size of at least that")
+    config.use_cache = False  # a key/value cache serves generation; in training it only holds memory
     split = int(len(ids) * 0.9)
     torch.manual_seed(seed)
     with init():
