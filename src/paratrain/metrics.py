@@ -187,11 +187,12 @@ class StepRecorder:
         self._last, self._loss, self._samples = time.perf_counter(), 0.0, 0
         self._phases = dict.fromkeys(PHASES, 0.0)
 
-    def gradients_freed(self, step: int) -> None:
+    def gradients_freed(self, step: int, unseen: Callable[[], int] = lambda: 0) -> None:
         """Step ``step`` is over and its gradients are freed: the profiled steps start here when ``step`` is START
         (so whole steps are inside), and end COUNT steps later (:meth:`_stop_profile`). Not earlier: torch's
         profiler cannot see the free of a tensor allocated before it started, so the gradients freed after the
-        step would count as alive in the CPU tensors' peak."""
+        step would count as alive in the CPU tensors' peak. ``unseen`` gives the bytes the method holds where Python
+        cannot see them (DDP's buckets: Strategy.unseen_cpu_bytes)."""
         if self._file is None or self._profile_at is None:
             return
         if step == self._profile_at and self._profiler is None:
@@ -206,7 +207,7 @@ class StepRecorder:
             if not cuda:  # a CPU has no allocator statistics: the profiler's memory events are the count
                 from paratrain.tensor_peak import live_cpu_tensor_bytes
 
-                self._live_at_window = live_cpu_tensor_bytes()
+                self._live_at_window = live_cpu_tensor_bytes() + unseen()
             self._profiler = profile(activities=activities, record_shapes=True, profile_memory=not cuda)
             self._profiler.__enter__()
             self._last = time.perf_counter()  # the next step is timed from here: opening the window is not in it

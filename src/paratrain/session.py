@@ -268,7 +268,9 @@ class Session:
         self._metrics.step_end(self.step_count + 1, self._model, self._optimizer,  # before grads are freed
                                self._strategy.state_bytes)
         self._optimizer.zero_grad(set_to_none=True)
-        self._metrics.gradients_freed(self.step_count + 1)
+        model = self._model
+        assert model is not None  # checked at the top of step()
+        self._metrics.gradients_freed(self.step_count + 1, lambda: self._strategy.unseen_cpu_bytes(model))
         if self._scheduler is not None:
             self._step_scheduler()
         self.step_count += 1

@@ -10,9 +10,9 @@ torch's CPU allocator reports every allocation and free to the profiler when it 
 ``compare`` already profiles (for its time breakdown) the running sum of those events is exact. The bytes alive
 when the window opens are counted from the tensors Python can reach — the parameters, optimizer state,
 the engine's flat buffers (DeepSpeed keeps its partitions as tensor attributes) — each storage once. Tensors only
-C++ holds are not seen at that moment: DistributedDataParallel's gradient buckets (a copy of the gradients), and
-Horovod's fusion buffer. Those are allocated before the window opens and stay, so the peak is low by their size;
-the report's footnote says so.
+C++ holds are not seen that way: a method that keeps some says how many bytes (Strategy.unseen_cpu_bytes:
+DistributedDataParallel's gradient buckets, from DDP's own report). Horovod's fusion buffer is still left out, so
+a Horovod cell's peak is low by its size; the report's footnote says so.
 
 The window opens after a step's gradients are freed: the profiler cannot see the free of a tensor allocated before
 it started (torch warns "Memory block of unknown size was allocated before the profiling started" in the cell's

@@ -131,7 +131,7 @@ def over(cell: dict[str, Any], budget: Budget | None) -> str | None:
 
     Only a peak that counts what a GPU would hold is held to the budget: CUDA's max allocated. A CPU's RSS
     high-water mark also holds the allocator's cached pages (a 24 M parameter llama: 1.53 GiB of RSS for 0.92 GiB of
-    tensors); the CPU tensors' peak leaves out the buffers only C++ holds (DDP's buckets). On a CPU the report shows
+    tensors); the CPU tensors' peak leaves out Horovod's fusion buffer, which only C++ holds. On a CPU the report shows
     the peak beside the prediction instead of judging the cell by it."""
     peaks = [b for b in cell.get("peak_mem_bytes") or [] if b is not None]
     if not peaks or budget is None or cell.get("peak_mem_kind") != "cuda" or max(peaks) <= budget.bytes:
@@ -157,8 +157,8 @@ def memory_markdown(results: dict[str, Any]) -> list[str]:
            "Predicted by advise's memory model for the busiest rank; measured: the peak the cell's ranks reached "
            "(see the results table's footnote for what it counts here)."
            + (" On a CPU that peak is shown, not held to the budget, which is checked against the prediction: an "
-              "RSS high-water mark also holds the allocator's cached pages, and the tensors' peak leaves out the "
-              "buffers only C++ holds." if cpu else ""), "",
+              "RSS high-water mark also holds the allocator's cached pages, and the tensors' peak leaves out "
+              "Horovod's fusion buffer, which only C++ holds." if cpu else ""), "",
            "| cell | advise: states | activations | buffers | total | measured peak | verdict |",
            "|---|---|---|---|---|---|---|"]
     for cell in rows:

@@ -141,8 +141,8 @@ def _efficiency_footnotes(results: dict[str, Any]) -> list[str]:
 MEMORY_MEANS = {
     "cuda": "CUDA's max allocated",
     "cpu_tensors": "the bytes of CPU tensors at their highest over the profiled steps (torch's profiler counts each "
-                   "allocation and free), CUDA's max allocated on a CPU; tensors only C++ holds (DDP's gradient "
-                   "buckets, Horovod's fusion buffer) are not in it",
+                   "allocation and free), CUDA's max allocated on a CPU; DDP's gradient buckets, which only C++ "
+                   "holds, are counted from DDP's own report; Horovod's fusion buffer is not in it",
     "rss_above_start": "the RSS high-water mark above each rank's Session start (the method, model, optimizer "
                        "state and activations; the interpreter and its imports left out)",
     "rss": "the whole process's RSS high-water mark, imports included",

@@ -309,6 +309,11 @@ class Strategy(MethodSpec):
 
         return state_bytes(model, optimizer)
 
+    def unseen_cpu_bytes(self, model: torch.nn.Module) -> int:
+        """Bytes of CPU tensors the method holds where Python cannot reach them (C++ state), which the CPU tensors'
+        peak (paratrain.tensor_peak) adds to what it finds. None for most methods."""
+        return 0
+
     def unwrap(self, model: torch.nn.Module) -> torch.nn.Module:
         """The user's module inside any wrapper (``.module`` for DataParallel / DDP)."""
         return model

@@ -41,6 +41,16 @@ class DDPStrategy(Strategy, BackwardSyncControl):
     def unwrap(self, model):
         return model.module if isinstance(model, DistributedDataParallel) else model
 
+    def unseen_cpu_bytes(self, model) -> int:
+        """DDP's reducer keeps its gradient buckets in C++: a second copy of the gradients, unless the gradients are
+        views of them. Their sizes are DDP's own report (the logging data it records for every job)."""
+        if not isinstance(model, DistributedDataParallel) or self.device is None or self.device.type != "cpu":
+            return 0
+        data = model._get_ddp_logging_data()
+        if data.get("gradient_as_bucket_view"):
+            return 0
+        return sum(int(size) for size in str(data.get("bucket_sizes", "")).split(",") if size.strip())
+
     def set_grad_sync(self, model, enabled: bool) -> None:
         # DDP decides in forward() whether the coming backward all-reduces, so this is called before forward.
         if not enabled and self._no_sync is None:
