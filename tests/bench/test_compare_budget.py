@@ -1,6 +1,6 @@
 """A comparison under a memory budget that only the sharded methods fit, end to end on CPU/gloo: the model is the
 bundled llama (a transformers Llama) at 3 M parameters with activation checkpointing (advise: ~107 MiB for one
-process, ~87 MiB per rank for ddp×2, ~59 MiB for fsdp×2, ~79 MiB for zero3×2) under a budget between
+process, ~87 MiB per rank for ddp×2, ~59 MiB for fsdp×2, ~85 MiB for zero3×2) under a budget between
 (tests/bench/test_budget.py plans the same cells without running them)."""
 
 from __future__ import annotations

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 
 from paratrain.advise import activations
 from paratrain.advise.models import ModelSpec
-from paratrain.strategies.costs import ZERO_REDUCE_BUCKET, Sharding
+from paratrain.strategies.costs import ZERO3_MAX_REUSE_DISTANCE, ZERO_REDUCE_BUCKET, Sharding
 
 PRECISIONS = ("fp32", "bf16-mixed", "fp16-mixed")
 OPTIMIZERS = ("sgd", "sgd-momentum", "adam", "adamw")
@@ -178,6 +178,9 @@ def rank_memory(model: ModelSpec, sharding: Sharding, plan: Plan, rank: int = 0)
     out.activations = _activation_bytes(model, plan, out.notes)
     if sharding.gathered == "all":
         out.buffers += round(model.params * p_b) - (out.params if "params" not in sharding.offload else 0)
+    elif sharding.gathered == "reused":  # gathered into buffers of their own, beside the partition: even on one rank
+        kept = min(model.params, ZERO3_MAX_REUSE_DISTANCE // 2)
+        out.buffers += round(max(kept, 2 * _largest_unit(model)) * p_b)
     elif sharding.gathered == "unit" and n > 1:
         unit = _largest_unit(model)
         out.buffers += round(2 * unit * p_b)

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 class Sharding:
     """How one method lays model state out. ``params``/``grads``/``optimizer``: divided across ranks at rest.
     ``gathered``: unsharded parameters held while computing — ``"unit"`` (one FSDP unit and the next, prefetched),
-    ``"all"`` (every parameter from forward to backward), or ``""``. ``offload``: state kept in host memory."""
+    ``"all"`` (every parameter from forward to backward), ``"reused"`` (ZeRO-3: the parameters used again within
+    ZERO3_MAX_REUSE_DISTANCE, and at least the unit computing), or ``""``. ``offload``: state kept in host memory."""
 
     params: bool = False
     grads: bool = False
@@ -33,6 +34,11 @@ class Sharding:
 # DeepSpeed's reduce_bucket_size default, in elements. paratrain's DeepSpeed config lowers it to the model's size
 # (deepspeed_config.size_buckets), so a ZeRO rank holds min(this, Ψ) gradient elements more than its state.
 ZERO_REDUCE_BUCKET = 500_000_000
+# DeepSpeed's stage3_max_reuse_distance default, in elements: ZeRO-3 does not free a gathered parameter that is used
+# again within this many elements. Forward's use of a block and backward's are 2 × (the parameters after it) apart,
+# so from forward to backward it keeps the last half of this many — every parameter of a model up to 5e8 (a 24 M
+# parameter llama: its whole 90 MiB, measured between forward and backward on each of 2 ranks).
+ZERO3_MAX_REUSE_DISTANCE = 1_000_000_000
 
 
 @dataclass(frozen=True)

@@ -68,7 +68,7 @@ _ALL = Sharding(params=True, grads=True, optimizer=True)
 # DeepSpeed's layouts (see paratrain.advise.memory): ZeRO-1/2 cut one flat buffer, ZeRO-3 each tensor; both keep
 # fp32 master copies of their partition.
 _ZERO12 = Sharding(layout="flat", master=True, reduce_bucket=True)
-_ZERO3 = replace(_ALL, gathered="unit", layout="tensor", master=True, reduce_bucket=True)
+_ZERO3 = replace(_ALL, gathered="reused", layout="tensor", master=True, reduce_bucket=True)
 _ENTRIES = [
     MethodInfo(Method.SINGLE, "torch", ("local",),
                "one process, one device: the baseline every other method is measured against",
