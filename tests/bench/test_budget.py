@@ -15,7 +15,7 @@ from tests.helpers.requirements import requires
 
 # The llama workload (a transformers Llama) at 3 M parameters with activation checkpointing: advise sizes one
 # process at ~107 MiB and ddp×2 at ~87 MiB per rank (a whole replica each, and its gradient buckets), fsdp×2 at
-# ~59 MiB and zero3×2 at ~85 MiB (half the state; ZeRO's reduce bucket and the whole model gathered from forward to
+# ~65 MiB and zero3×2 at ~85 MiB (half the state; ZeRO's reduce bucket and the whole model gathered from forward to
 # backward, 11 MiB each), so an 86.0 MiB budget lets only the sharded methods start.
 SIZE = {"workload": "llama", "width": 256, "depth": 4, "activation_checkpointing": True}
 BUDGET_GIB = 0.084

@@ -14,9 +14,10 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class Sharding:
     """How one method lays model state out. ``params``/``grads``/``optimizer``: divided across ranks at rest.
-    ``gathered``: unsharded parameters held while computing — ``"unit"`` (one FSDP unit and the next, prefetched),
-    ``"all"`` (every parameter from forward to backward), ``"reused"`` (ZeRO-3: the parameters used again within
-    ZERO3_MAX_REUSE_DISTANCE, and at least the unit computing), or ``""``. ``offload``: state kept in host memory."""
+    ``gathered``: unsharded parameters held while computing — ``"unit"`` (FSDP's unit computing, the next one
+    prefetched and, in backward, their gradients: advise.memory.FSDP_UNITS_HELD), ``"all"`` (every parameter from
+    forward to backward), ``"reused"`` (ZeRO-3: the parameters used again within ZERO3_MAX_REUSE_DISTANCE, and at
+    least the unit computing), or ``""``. ``offload``: state kept in host memory."""
 
     params: bool = False
     grads: bool = False
