@@ -49,10 +49,16 @@ def _cast(dtype: torch.dtype):
     return cast
 
 
-def apply(model: torch.nn.Module, precision: str, device: torch.device, *, autocast: bool = True) -> None:
+def apply(model: torch.nn.Module, precision: str, device: torch.device, *, autocast: bool = True,
+          cache: bool = True) -> None:
     """Make ``model(...)`` run in ``precision``: patches the instance's ``forward`` (state dict keys unchanged).
 
-    ``autocast=False``: the method's engine runs autocast itself; outputs are still handed back in fp32."""
+    ``autocast=False``: the method's engine runs autocast itself; outputs are still handed back in fp32.
+    ``cache=False``: autocast casts a weight each time it is used instead of keeping the 16-bit copy until forward
+    returns. That copy is what activation checkpointing drops, and under FSDP it is a copy of the gathered (whole)
+    weight, which the unit frees after its forward: with the cache every rank ends forward holding the whole model
+    in 16 bits (a 24 M llama under fsdp×2 with checkpointing: 262 MiB peak with it, 247 MiB without). The values
+    are the same either way; a weight used twice in one forward is cast twice."""
     if precision == "fp32":
         return
     original = model.forward
@@ -69,7 +75,7 @@ def apply(model: torch.nn.Module, precision: str, device: torch.device, *, autoc
 
         @functools.wraps(original)
         def forward(*args: Any, **kwargs: Any) -> Any:
-            with torch.autocast(device.type, dtype=dtype, enabled=autocast), without_fastpath():
+            with torch.autocast(device.type, dtype=dtype, enabled=autocast, cache_enabled=cache), without_fastpath():
                 out = original(*args, **kwargs)
             return tree_map(to_fp32, out)
     model.forward = forward

@@ -176,7 +176,8 @@ class Session:
             self._strategy.train = opts
             wrapped, optimizer = self._strategy.wrap(model, optimizer)
         native = opts.precision in self._strategy.native_precision
-        amp.apply(wrapped, opts.precision, self.device, autocast=not native)
+        amp.apply(wrapped, opts.precision, self.device, autocast=not native,
+                  cache=not (opts.activation_checkpointing or self._strategy.frees_parameters_after_forward))
         if names := fastpath.turn_off_nested_tensor(self._strategy.unwrap(wrapped)):
             notice(fastpath.turned_off_notice(str(self._strategy.method), names))
         if opts.compile_backend is not None:

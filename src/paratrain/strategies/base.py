@@ -214,6 +214,7 @@ class Strategy(MethodSpec):
     # fp32 outputs for all), and whether torch.compile works on it.
     supported_precision: ClassVar[frozenset[str]] = frozenset({"fp32", "bf16-mixed", "fp16-mixed", "bf16-true"})
     native_precision: ClassVar[frozenset[str]] = frozenset({"fp32"})
+    frees_parameters_after_forward = False  # its parameters are gathered per unit and freed (see precision.apply)
     compilable: ClassVar[bool] = True
     # A method whose engine owns the gradients (DeepSpeed ZeRO keeps them in its own flat buffers) clips them itself,
     # from the grad_clip training option; the Session's clip_grad_norm_ would see no gradients there.

@@ -87,7 +87,8 @@ class FSDPStrategy(Strategy, BackwardSyncControl):
         # untouched, and held here alone until they are broadcast (rank 0 then holds the model once, not twice).
         initial = {k: v.detach().to("cpu") for k, v in model.state_dict().items()} if self.rank == 0 else {}
         names = {id(p): n for n, p in model.named_parameters()}
-        kwargs = {"mesh": self._mesh(), "reshard_after_forward": self.options.shard == "full"}
+        self.frees_parameters_after_forward = self.options.shard == "full"
+        kwargs = {"mesh": self._mesh(), "reshard_after_forward": self.frees_parameters_after_forward}
         if self.options.offload == "cpu":
             kwargs["offload_policy"] = CPUOffloadPolicy()
         blocks = transformer_blocks(model)
