@@ -130,3 +130,34 @@ def test_a_no_in_the_fits_column_says_which_memory_and_why(capsys):
     assert ("no (host) ds:zero3+off(all): offloaded state needs 24.2 GiB of host memory per node (8 ranks × 3.03 "
             "GiB), 14.4 GiB usable of 16 GiB") in out
     assert "n/a multiworker (tf), mirrored (tf): a tensorflow method" in out
+
+
+# The advise figures the docs quote, by the command that gives them: (arguments, [(method label, field)]). A change
+# to the memory model that moves one fails here, naming the doc to update, instead of leaving the docs behind.
+DOCUMENTED = [
+    (["--params", "1.3e9", "--gpus", "8", "--gpu-mem", "80"], [("ddp", "total")]),
+    (["--model", "gpt2-xl", "--gpus", "4", "--gpu-mem", "24", "--precision", "bf16-mixed", "--micro-batch", "4"],
+     [("ddp", "total"), ("fsdp:grad_op", "total"), ("fsdp", "total")]),
+    (["--model", "llama-7b", "--gpus", "8", "--gpu-mem", "24", "--precision", "bf16-mixed", "--micro-batch", "2",
+      "--checkpointing"],
+     [("ddp", "total"), ("fsdp:grad_op", "total"), ("fsdp", "total"), ("ds:zero2+off(o)", "total"),
+      ("ds:zero2+off(o)", "host")]),
+    (["--model", "llama-70b", "--gpus", "8", "--gpu-mem", "80", "--precision", "bf16-mixed"],
+     [("fsdp", "activations")]),
+]
+
+
+@pytest.mark.parametrize(("argv", "figures"), DOCUMENTED, ids=[" ".join(argv[:2]) for argv, _ in DOCUMENTED])
+def test_the_figures_the_docs_quote_are_what_advise_prints(capsys, argv, figures):
+    from paratrain.cli.advise import _g
+    from tests.helpers.launch import ROOT
+
+    text = " ".join((ROOT / "docs" / "choosing-a-method.md").read_text().split())
+    methods = {m["label"]: m["per_rank_bytes"] for m in _json(capsys, *argv)["methods"]}
+    for label, field in figures:
+        quoted = f"{_g(methods[label][field])} GiB"
+        assert quoted in text, f"docs/choosing-a-method.md should quote {label} {field} = {quoted} for {argv}"
+    if "llama-7b" in argv:  # the README's advise example
+        readme = " ".join((ROOT / "README.md").read_text().split())
+        ddp, grad_op, fsdp = (_g(methods[k]["total"]) for k in ("ddp", "fsdp:grad_op", "fsdp"))
+        assert f"ddp needs {ddp} GiB per GPU, `fsdp:shard=grad_op` {grad_op}, `fsdp` {fsdp})" in readme
