@@ -3,6 +3,7 @@ are left out and what training added is counted (paratrain.metrics)."""
 
 from __future__ import annotations
 
+import mmap
 import sys
 
 import pytest
@@ -14,9 +15,12 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="th
 MIB = 2**20
 
 
-def _touch(mib: int) -> bytearray:
-    block = bytearray(mib * MIB)
-    block[::4096] = b"\x01" * len(block[::4096])  # every page written: resident, not just reserved
+def _touch(mib: int) -> mmap.mmap:
+    """``mib`` MiB of new resident memory: fresh anonymous pages, each written. Not a bytearray: malloc may hand back
+    memory an earlier test in this process freed and that is still resident, which the RSS would not see grow."""
+    block = mmap.mmap(-1, mib * MIB)
+    for offset in range(0, mib * MIB, mmap.PAGESIZE):
+        block[offset] = 1
     return block
 
 
@@ -25,7 +29,8 @@ def test_the_peak_counts_what_was_allocated_after_the_start_and_not_before():
     metrics.start_peak_rss()
     held = _touch(48)
     first = metrics.peak_rss_above_start()
-    del held, before
+    held.close()
+    before.close()
     metrics.start_peak_rss()
     second = metrics.peak_rss_above_start()
     assert first is not None and second is not None
