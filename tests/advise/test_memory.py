@@ -134,3 +134,12 @@ def test_bad_parameter_counts(value, needle):
 def test_unknown_preset_suggests_the_nearest():
     with pytest.raises(ConfigError, match='Did you mean "llama-7b"'):
         models.resolve("llama-7", None)
+
+
+def test_ddp_holds_its_gradient_buckets_at_one_process_too():
+    """torch builds DDP's reducer, buckets included, whatever the world size: `make demo`'s ddp×1 peaked 1.1 MiB
+    (its gradients' size) above single×1 on the mlp."""
+    model = models.from_params(1e6)
+    for ranks in (1, 2):
+        ddp = memory.rank_memory(model, get("ddp").sharding, memory.Plan(ranks=ranks, optimizer="adamw"))
+        assert ddp.buffers == ddp.grads == 4e6, ranks

@@ -191,7 +191,7 @@ def rank_memory(model: ModelSpec, sharding: Sharding, plan: Plan, rank: int = 0)
         out.buffers += round(FSDP_UNITS_HELD * unit * p_b)
         if not unit:
             out.notes.append("FSDP's gathered unit not counted (architecture unknown)")
-    if sharding.buckets and n > 1:
+    if sharding.buckets:  # DDP builds its reducer, buckets included, at one process too (ddp×1: +1.1 MiB)
         out.buffers += out.grads
     if sharding.reduce_bucket:  # allocated on one rank too: the ZeRO optimizer buckets whatever the world size
         out.buffers += round(min(ZERO_REDUCE_BUCKET, model.params) * g_b)
