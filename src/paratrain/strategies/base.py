@@ -214,7 +214,6 @@ class Strategy(MethodSpec):
     # fp32 outputs for all), and whether torch.compile works on it.
     supported_precision: ClassVar[frozenset[str]] = frozenset({"fp32", "bf16-mixed", "fp16-mixed", "bf16-true"})
     native_precision: ClassVar[frozenset[str]] = frozenset({"fp32"})
-    frees_parameters_after_forward = False  # its parameters are gathered per unit and freed (see precision.apply)
     compilable: ClassVar[bool] = True
     # A method whose engine owns the gradients (DeepSpeed ZeRO keeps them in its own flat buffers) clips them itself,
     # from the grad_clip training option; the Session's clip_grad_norm_ would see no gradients there.
@@ -309,6 +308,11 @@ class Strategy(MethodSpec):
         from paratrain.metrics import state_bytes
 
         return state_bytes(model, optimizer)
+
+    @property
+    def frees_parameters_after_forward(self) -> bool:
+        """Its parameters are gathered per unit and freed after the unit's forward (see precision.apply's cache)."""
+        return False
 
     def unseen_cpu_bytes(self, model: torch.nn.Module) -> int:
         """Bytes of CPU tensors the method holds where Python cannot reach them (C++ state), which the CPU tensors'

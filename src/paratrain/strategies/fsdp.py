@@ -76,6 +76,10 @@ class FSDPStrategy(Strategy, BackwardSyncControl):
     def init_context(self):
         return self.deferred_shapes()  # wrap() shards, then fills each rank's shard from rank 0
 
+    @property
+    def frees_parameters_after_forward(self) -> bool:
+        return self.options.shard == "full"
+
     def wrap(self, model, optimizer):
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
         from torch.distributed.fsdp import CPUOffloadPolicy, fully_shard
@@ -87,7 +91,6 @@ class FSDPStrategy(Strategy, BackwardSyncControl):
         # untouched, and held here alone until they are broadcast (rank 0 then holds the model once, not twice).
         initial = {k: v.detach().to("cpu") for k, v in model.state_dict().items()} if self.rank == 0 else {}
         names = {id(p): n for n, p in model.named_parameters()}
-        self.frees_parameters_after_forward = self.options.shard == "full"
         kwargs = {"mesh": self._mesh(), "reshard_after_forward": self.frees_parameters_after_forward}
         if self.options.offload == "cpu":
             kwargs["offload_policy"] = CPUOffloadPolicy()
