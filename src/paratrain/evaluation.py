@@ -127,8 +127,9 @@ class EvalLoader:
                           worker_init_fn=src.worker_init_fn, **kwargs)
 
 
-def gather(tensor: torch.Tensor, *, world_size: int, device: torch.device) -> torch.Tensor:
-    """Concatenate every rank's ``tensor`` along dim 0, in rank order, on every rank (detached).
+def gather(tensor: torch.Tensor, *, world_size: int, device: torch.device, group: Any = None) -> torch.Tensor:
+    """Concatenate every rank's ``tensor`` along dim 0, in rank order, on every rank (detached). ``group`` is the
+    process group of ``world_size`` ranks to gather over (None: every rank).
 
     dim 0 may differ per rank (an uneven share, an empty batch); the sizes are all-gathered first, each rank pads
     to the largest, all_gather, then the padding is trimmed. A 0-dim tensor counts as 1 element. Trailing shape
@@ -146,7 +147,7 @@ def gather(tensor: torch.Tensor, *, world_size: int, device: torch.device) -> to
     key = zlib.crc32(f"{local.dtype}{trailing}".encode())
     meta = torch.tensor([local.shape[0], key], dtype=torch.int64, device=device)
     metas = [torch.empty_like(meta) for _ in range(world_size)]
-    dist.all_gather(metas, meta)
+    dist.all_gather(metas, meta, group=group)
     sizes = [int(m[0]) for m in metas]
     if len({int(m[1]) for m in metas}) > 1:
         raise ConfigError(f"session.gather() got tensors of different trailing shape or dtype on different ranks "
@@ -159,5 +160,5 @@ def gather(tensor: torch.Tensor, *, world_size: int, device: torch.device) -> to
     if padded.shape[0] < most:
         padded = torch.cat([padded, padded.new_zeros((most - padded.shape[0], *trailing))])
     parts = [torch.empty_like(padded) for _ in range(world_size)]
-    dist.all_gather(parts, padded)
+    dist.all_gather(parts, padded, group=group)
     return torch.cat([p[:s] for p, s in zip(parts, sizes, strict=True)]).to(home)

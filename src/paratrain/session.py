@@ -122,6 +122,17 @@ class Session:
         return self.env.world_size
 
     @property
+    def data_parallel_rank(self) -> int:
+        """This rank's place among the model's replicas, which read different batches: the rank itself under every
+        data-parallel method; under a method that splits one model over several ranks, those ranks share it."""
+        return self._strategy.data_parallel_rank
+
+    @property
+    def data_parallel_size(self) -> int:
+        """How many replicas read different batches: the world size under every data-parallel method."""
+        return self._strategy.data_parallel_size
+
+    @property
     def device(self) -> torch.device:
         assert self._strategy.device is not None  # set by setup()
         return self._strategy.device
@@ -191,13 +202,13 @@ class Session:
         self._scheduler_at = getattr(scheduler, "last_epoch", None)
         if loader is not None:
             self._loader = ShardedLoader(
-                loader, rank=self.rank, world_size=self.world_size, grad_accum=self.grad_accum,
+                loader, rank=self.data_parallel_rank, world_size=self.data_parallel_size, grad_accum=self.grad_accum,
                 per_rank_batch=self.per_rank_batch, device=self.device, seed=self.seed,
                 on_micro_batch=self._on_micro_batch,
                 on_data=self._metrics.data_ready if self._metrics.enabled else None,
                 on_epoch=self._metrics.epoch if self._metrics.enabled else None,
             )
-            self._used["loader"] = self.world_size == 1  # one process: the user's own loader is the same data
+            self._used["loader"] = self.data_parallel_size == 1  # one replica: the user's own loader is the same data
         if self._auto is not None and (latest := self._auto.latest()) is not None:
             self.load(str(latest))  # a restarted job continues where its last complete checkpoint left it
             notice(f"resumed from {latest} (step {self.step_count})")
@@ -319,18 +330,19 @@ class Session:
 
     # -- collectives and output -----------------------------------------------------------------------------
     def all_reduce(self, value: torch.Tensor | float, op: ReduceOp = "mean") -> torch.Tensor | float:
-        """Reduce a tensor or number over ranks; returns the same kind it was given (detached)."""
+        """Reduce a tensor or number over the data-parallel replicas (every rank under a data-parallel method);
+        returns the same kind it was given (detached)."""
         if op not in ("mean", "sum", "max", "min"):  # checked in one process too: a typo never waits for a launch
             raise ConfigError(f'all_reduce op "{op}" is not one of mean, sum, max, min')
         is_tensor = isinstance(value, torch.Tensor)
         t = value.detach().clone() if isinstance(value, torch.Tensor) else torch.tensor(float(value))
-        if self.world_size > 1:
+        if self.data_parallel_size > 1:
             orig_device = t.device
             t = t.to(self.device)
             with self._progress.phase("session.all_reduce"):
                 t = self._strategy.all_reduce(t, "sum" if op == "mean" else op)
             if op == "mean":
-                t = t / self.world_size
+                t = t / self.data_parallel_size
             t = t.to(orig_device)
         return t if is_tensor else t.item()
 
@@ -339,14 +351,16 @@ class Session:
         the same number of batches on every rank (a rank with too few samples gets batches of 0 samples, so a
         sharded forward never waits for a rank that stopped), moved to the device. Before or after prepare(),
         once per evaluation set. Sum metrics with ``all_reduce(x, op="sum")``; see :mod:`paratrain.evaluation`."""
-        return evaluation.EvalLoader(loader, rank=self.rank, world_size=self.world_size, device=self.device)
+        return evaluation.EvalLoader(loader, rank=self.data_parallel_rank, world_size=self.data_parallel_size,
+                                     device=self.device)
 
     def gather(self, tensor: torch.Tensor) -> torch.Tensor:
         """Every rank's tensor concatenated along dim 0 in rank order, returned on every rank (detached, on the
         tensor's device); dim 0 may differ per rank, the rest must not. Over an eval loader's outputs that is the
         dataset order. Every rank must call it."""
         with self._progress.phase("session.gather"):
-            return evaluation.gather(tensor, world_size=self.world_size, device=self.device)
+            return evaluation.gather(tensor, world_size=self.data_parallel_size, device=self.device,
+                                     group=self._strategy.data_parallel_group)
 
     def log(self, **values: float) -> None:
         """Record named metrics (``session.log(val_acc=0.93)``): `paratrain compare` shows the main rank's last value

@@ -242,6 +242,24 @@ class Strategy(MethodSpec):
     def rank(self) -> int:
         return self.env.rank
 
+    # -- data parallelism: which ranks read different batches ---------------------------------------------------
+    # Every method here is data-parallel: each rank is one replica (whole or sharded) and reads its own share of
+    # the batch, so these are the rank, the world size and every rank. A method that splits one model over several
+    # ranks (tensor or pipeline parallel) overrides them: the ranks holding parts of one replica read the same batch,
+    # and the Session's loader, all_reduce, gather and evaluation split go over the replicas alone.
+    @property
+    def data_parallel_rank(self) -> int:
+        return self.rank
+
+    @property
+    def data_parallel_size(self) -> int:
+        return self.world_size
+
+    @property
+    def data_parallel_group(self) -> Any:
+        """The process group of this rank's data-parallel peers (one rank from each replica); None: every rank."""
+        return None
+
     @abstractmethod
     def setup(self) -> None:
         """Join the process group (if any) and set ``self.device``."""
@@ -285,11 +303,12 @@ class Strategy(MethodSpec):
         already did it (DDP, FSDP); Horovod finishes its asynchronous allreduce here."""
 
     def all_reduce(self, tensor: torch.Tensor, op: str) -> torch.Tensor:
-        """Reduce ``tensor`` over ranks ("sum", "max" or "min") through the method's own communication."""
+        """Reduce ``tensor`` over the data-parallel replicas ("sum", "max" or "min") through the method's own
+        communication."""
         import torch.distributed as dist
 
         dist.all_reduce(tensor, op={"sum": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,
-                                    "min": dist.ReduceOp.MIN}[op])
+                                    "min": dist.ReduceOp.MIN}[op], group=self.data_parallel_group)
         return tensor
 
     def barrier(self) -> None:
