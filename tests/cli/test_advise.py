@@ -25,12 +25,12 @@ def _json(capsys, *argv: str) -> dict:
 
 
 def test_table_and_recommendation(capsys):
-    assert main(["advise", "--model", "gpt2-xl", "--gpus", "4", "--gpu-mem", "24", "--micro-batch", "4",
+    assert main(["advise", "--model", "gpt2-xl", "--gpus", "4", "--gpu-mem", "24", "--micro-batch", "2",
                  "--precision", "bf16-mixed"]) == 0
     out = capsys.readouterr().out
     assert "gpt2-xl (GPT-2 XL): 1,557,611,200 parameters" in out
     assert "Memory per GPU" in out and "How each one runs" in out
-    assert "Recommendation" in out and "1. fsdp:shard=grad_op: fits" in out  # ddp needs 36 GiB of 21.6
+    assert "Recommendation" in out and "1. fsdp:shard=grad_op: fits" in out  # ddp needs 34.7 GiB of 21.6
 
 
 def test_json_contract(capsys):
@@ -136,7 +136,7 @@ def test_a_no_in_the_fits_column_says_which_memory_and_why(capsys):
 # to the memory model that moves one fails here, naming the doc to update, instead of leaving the docs behind.
 DOCUMENTED = [
     (["--params", "1.3e9", "--gpus", "8", "--gpu-mem", "80"], [("ddp", "total")]),
-    (["--model", "gpt2-xl", "--gpus", "4", "--gpu-mem", "24", "--precision", "bf16-mixed", "--micro-batch", "4"],
+    (["--model", "gpt2-xl", "--gpus", "4", "--gpu-mem", "24", "--precision", "bf16-mixed", "--micro-batch", "2"],
      [("ddp", "total"), ("fsdp:grad_op", "total"), ("fsdp", "total")]),
     (["--model", "llama-7b", "--gpus", "8", "--gpu-mem", "24", "--precision", "bf16-mixed", "--micro-batch", "2",
       "--checkpointing"],

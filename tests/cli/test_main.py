@@ -10,6 +10,10 @@ from paratrain import __version__
 from paratrain.cli._render import help_text
 from tests.helpers.launch import paratrain, worker_env
 
+# What doctor reports, not how fast: its 20 s per backend check is for a user's idle machine, and a loaded one (two
+# test workers, each starting processes) once took longer than that to import TensorFlow.
+PATIENT = ("--timeout", "120")
+
 
 @pytest.mark.parametrize(
     ("args", "message"),
@@ -36,7 +40,7 @@ def test_version_and_help():
 
 
 def test_doctor_json_reports_every_method_and_backend():
-    proc = paratrain("doctor", "--json")
+    proc = paratrain("doctor", "--json", *PATIENT)
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     methods = {m["name"]: m for m in report["methods"]}
@@ -57,7 +61,7 @@ def test_doctor_json_reports_every_method_and_backend():
 
 
 def test_doctor_table_has_fix_commands():
-    proc = paratrain("doctor", env={**worker_env(), "COLUMNS": "200"})
+    proc = paratrain("doctor", *PATIENT, env={**worker_env(), "COLUMNS": "200"})
     assert proc.returncode == 0
     assert "Methods" in proc.stdout and "Backends" in proc.stdout
     # TensorFlow's facts: the Keras it has, tf_keras for multiworker fit, the devices it sees

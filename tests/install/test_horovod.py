@@ -31,7 +31,8 @@ def test_reinstalling_from_the_cached_wheel_takes_seconds():
     took = time.monotonic() - start
     assert proc.returncode == 0, proc.stderr
     assert "from the cached wheel" in proc.stderr and took < 30, (proc.stderr, took)
-    components = {c["name"]: c for c in json.loads(paratrain("doctor", "--json").stdout)["components"]}
+    report = json.loads(paratrain("doctor", "--json", "--timeout", "120").stdout)  # what it reports, not how fast
+    components = {c["name"]: c for c in report["components"]}
     assert components["Horovod"]["version"] == "0.28.1" and "tensor ops: Gloo" in components["Horovod"]["detail"]
 
 

@@ -6,6 +6,12 @@ log-sum-exp per head instead of the s×s score matrix. Korthikanti et al. (2022)
 bytes with dropout and unfused attention; without dropout masks and with fused attention it is the 16·s·b·h
 elements below, plus what Hugging Face's RMSNorm keeps. ``tests/advise/test_calibration.py`` checks this against
 the bundled gpt's and llama's real steps.
+
+Mixed precision (autocast over fp32 weights: paratrain's bf16-mixed and fp16-mixed under every method) is not
+"everything in 16 bits": the embeddings and every residual add stay fp32, so each norm keeps an fp32 input; each
+matrix multiply saves its own 16-bit copy of its input (Llama's q, k and v projections three copies of one tensor)
+and of its weight. Counted the same way, within 6 % of the bundled models' real steps under autocast, where
+counting every tensor at 2 bytes was 20-37 % low.
 """
 
 from __future__ import annotations
@@ -54,18 +60,43 @@ def backward_gradient_bytes(arch: Transformer, batch: int, elem: int) -> int:
     return (2 if arch.mlp == "swiglu" else 1) * batch * arch.seq_len * arch.ffn * arch.experts * elem
 
 
-def activation_bytes(arch: Transformer, batch: int, elem: int, *, checkpointing: bool = False) -> int:
+def _matmul_weights(arch: Transformer) -> int:
+    """Elements of one block's matrix-multiply weights (q, k, v, output; the MLP's two or three matrices)."""
+    h, kv = arch.hidden, (arch.kv_heads or arch.heads) * (arch.hidden // arch.heads)
+    return 2 * h * h + 2 * h * kv + (3 if arch.mlp == "swiglu" else 2) * h * arch.ffn * arch.experts
+
+
+def autocast_extra_bytes(arch: Transformer, batch: int) -> tuple[int, int, int]:
+    """What autocast over fp32 weights keeps beyond counting every tensor at 2 bytes: (per block, outside the
+    blocks, one block's weight copies). Per block: the norms' inputs are fp32 (the residual stream is), and a
+    Llama-style block (RMSNorm: separate q, k, v projections, a gate and an up matrix) casts its attention input three
+    times and its MLP input twice, where one 2-byte copy was counted. Outside: the output layer's 16-bit input copy.
+    Weights: every matrix multiply saves the 16-bit copy of its weight that it computed with, alive until its backward
+    — with or without autocast's cache, and of the whole weight under FSDP."""
+    bs, h = batch * arch.seq_len, arch.hidden
+    norms = 2 * bs * h * (norm_bytes_per_element(arch, FP32) - norm_bytes_per_element(arch, 2))
+    casts = (3 if arch.norm == "rmsnorm" else 0) * bs * h * 2
+    return norms + casts, bs * h * 2, 2 * _matmul_weights(arch)
+
+
+def activation_bytes(arch: Transformer, batch: int, elem: int, *, checkpointing: bool = False,
+                     autocast: bool = False) -> int:
     """The peak of what forward keeps for backward. Without checkpointing: every block's saved tensors, and then the
     larger of the tensors outside the blocks (at the end of forward) and the last block's backward gradients (at the
     start of backward). With activation checkpointing only each block's input is kept; the peak is then the larger of
     the end of forward (the inputs and the tensors outside the blocks) and the recompute of the last block (the
     inputs, that block's full set, the gradient arriving at it and its backward gradients — by then the loss's tensors
     are freed). Measured within 4 % either way, as torch's allocator counts it, on the bundled gpt's and llama's real
-    steps (``tests/advise/test_calibration.py``)."""
+    steps (``tests/advise/test_calibration.py``). ``autocast``: 16-bit compute over fp32 weights (``elem`` 2), whose
+    block inputs are fp32 and whose matrix multiplies keep 16-bit copies (:func:`autocast_extra_bytes`)."""
     layer = per_layer_bytes(arch, batch, elem)
     outside = outside_layers_bytes(arch, batch, elem)
     gradients = backward_gradient_bytes(arch, batch, elem)
+    block_io = batch * arch.seq_len * arch.hidden * (FP32 if autocast else elem)
+    weights = head = 0
+    if autocast:
+        extra_layer, extra_outside, weights = autocast_extra_bytes(arch, batch)
+        layer, outside, head = layer + extra_layer, outside + extra_outside, 2 * arch.vocab * arch.hidden
     if checkpointing:
-        block_io = batch * arch.seq_len * arch.hidden * elem
-        return arch.layers * block_io + max(outside, layer + block_io + gradients)
-    return arch.layers * layer + max(outside, gradients)
+        return arch.layers * block_io + max(outside + head, layer + weights + block_io + gradients)
+    return arch.layers * (layer + weights) + head + max(outside, gradients)

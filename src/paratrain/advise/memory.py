@@ -25,6 +25,7 @@ from paratrain.advise.models import ModelSpec
 from paratrain.strategies.costs import ZERO3_MAX_REUSE_DISTANCE, ZERO_REDUCE_BUCKET, Sharding
 
 PRECISIONS = ("fp32", "bf16-mixed", "fp16-mixed")
+AUTOCAST = ("bf16-mixed", "fp16-mixed")  # 16-bit compute over fp32 weights, under every method paratrain runs
 OPTIMIZERS = ("sgd", "sgd-momentum", "adam", "adamw")
 _STATES = {"sgd": 0, "sgd-momentum": 1, "adam": 2, "adamw": 2}  # fp32 tensors per parameter
 ADAM_STEP_BYTES = 4  # torch's Adam keeps its step count as a one-element fp32 tensor per parameter tensor
@@ -149,7 +150,8 @@ def _activation_bytes(model: ModelSpec, plan: Plan, notes: list[str]) -> int | N
         arch = model.transformer
         if plan.seq_len and plan.seq_len != arch.seq_len:
             arch = type(arch)(**{**arch.__dict__, "seq_len": plan.seq_len})
-        return activations.activation_bytes(arch, plan.micro_batch, elem, checkpointing=plan.checkpointing)
+        return activations.activation_bytes(arch, plan.micro_batch, elem, checkpointing=plan.checkpointing,
+                                            autocast=plan.precision in AUTOCAST)
     if model.activation_bytes is not None and model.activation_batch:
         scale = plan.micro_batch / model.activation_batch * (elem / 4)
         if plan.checkpointing:
