@@ -60,12 +60,6 @@ def backward_gradient_bytes(arch: Transformer, batch: int, elem: int) -> int:
     return (2 if arch.mlp == "swiglu" else 1) * batch * arch.seq_len * arch.ffn * arch.experts * elem
 
 
-def _matmul_weights(arch: Transformer) -> int:
-    """Elements of one block's matrix-multiply weights (q, k, v, output; the MLP's two or three matrices)."""
-    h, kv = arch.hidden, (arch.kv_heads or arch.heads) * (arch.hidden // arch.heads)
-    return 2 * h * h + 2 * h * kv + (3 if arch.mlp == "swiglu" else 2) * h * arch.ffn * arch.experts
-
-
 def autocast_extra_bytes(arch: Transformer, batch: int) -> tuple[int, int, int]:
     """What autocast over fp32 weights keeps beyond counting every tensor at 2 bytes: (per block, outside the
     blocks, one block's weight copies). Per block: the norms' inputs are fp32 (the residual stream is), and a
@@ -76,7 +70,8 @@ def autocast_extra_bytes(arch: Transformer, batch: int) -> tuple[int, int, int]:
     bs, h = batch * arch.seq_len, arch.hidden
     norms = 2 * bs * h * (norm_bytes_per_element(arch, FP32) - norm_bytes_per_element(arch, 2))
     casts = (3 if arch.norm == "rmsnorm" else 0) * bs * h * 2
-    return norms + casts, bs * h * 2, 2 * _matmul_weights(arch)
+    attention, mlp = arch.block_matrices()
+    return norms + casts, bs * h * 2, 2 * (attention + mlp * arch.experts)
 
 
 def activation_bytes(arch: Transformer, batch: int, elem: int, *, checkpointing: bool = False,

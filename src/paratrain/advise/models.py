@@ -44,11 +44,16 @@ class Transformer:
     norm: str = "layernorm"
     experts: int = 1  # experts each token passes through (mixture of experts): that many MLP activations per token
 
+    def block_matrices(self) -> tuple[int, int]:
+        """Elements of one block's weight matrices: (attention's q, k, v and output; one MLP's two or three)."""
+        h, kv = self.hidden, (self.kv_heads or self.heads) * (self.hidden // self.heads)
+        return h * h * 2 + h * kv * 2, (3 if self.mlp == "swiglu" else 2) * h * self.ffn
+
     def param_count(self, *, biases: bool, tied: bool) -> int:
         h, kv = self.hidden, (self.kv_heads or self.heads) * (self.hidden // self.heads)
-        attn = h * h * 2 + h * kv * 2 + ((h + 2 * kv + h) if biases else 0)
-        mats = 3 if self.mlp == "swiglu" else 2
-        mlp = mats * h * self.ffn + ((self.ffn + h) if biases else 0)
+        attn_matrices, mlp_matrices = self.block_matrices()
+        attn = attn_matrices + ((h + 2 * kv + h) if biases else 0)
+        mlp = mlp_matrices + ((self.ffn + h) if biases else 0)
         norm = 2 * h if self.norm == "layernorm" else h
         embed = self.vocab * h * (1 if tied else 2) + (self.seq_len * h if self.norm == "layernorm" else 0)
         return embed + self.layers * (attn + mlp + 2 * norm) + norm + (self.vocab if biases and not tied else 0)
