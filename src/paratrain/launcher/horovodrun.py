@@ -146,6 +146,21 @@ def _gloo_check_in_process() -> Any:
         launch.gloo_built = original
 
 
+@contextlib.contextmanager
+def _patient_middlemen() -> Any:
+    """Each worker's middleman process finishes stopping its worker before it exits (see horovod_middleman)."""
+    from horovod.runner.common.util import safe_shell_exec
+
+    from paratrain.launcher import horovod_middleman
+
+    original = safe_shell_exec._exec_middleman
+    safe_shell_exec._exec_middleman = horovod_middleman.middleman
+    try:
+        yield
+    finally:
+        safe_shell_exec._exec_middleman = original
+
+
 def _quiet_resource_tracker() -> None:
     """Start multiprocessing's resource tracker (if it is not running yet) with its own warnings ignored.
 
@@ -179,7 +194,7 @@ def run(plan: LaunchPlan, notes: Path) -> None:
         sys.argv = ["horovodrun", *plan.argv]
         args = launch.parse_args()  # horovodrun's parser reads sys.argv
         _quiet_resource_tracker()
-        with watchdog, _closing_rendezvous(), _gloo_check_in_process(), _recording_exits(exits):
+        with watchdog, _closing_rendezvous(), _gloo_check_in_process(), _recording_exits(exits), _patient_middlemen():
             launch._run(args)
         # Workers stopped by horovodrun on a signal can all report success (they leave quietly on its SIGTERM)
         if watchdog.verdict:
