@@ -7,7 +7,7 @@ thread is still at work. The thread then fails in the exiting interpreter and ha
 the launcher's own stderr, over paratrain's last line. Here the middleman lets the thread finish first.
 
 horovodrun spawns the middleman by reference to this function (the launcher swaps it in for Horovod's own), so it
-runs in a fresh interpreter: this module imports only what Horovod's middleman imports itself.
+runs in a fresh interpreter, where Horovod's module still holds its own middleman.
 """
 
 from __future__ import annotations
@@ -15,14 +15,15 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from horovod.runner.common.util import safe_shell_exec
-
-_ORIGINAL = safe_shell_exec._exec_middleman
-# Horovod's thread waits up to this long twice (for the children, then for the shell) before it kills
-_STOPPING_S = 2 * safe_shell_exec.GRACEFUL_TERMINATION_TIME_S + 1
-
 
 def middleman(command: Any, env: Any, exit_event: Any, *pipes: Any) -> None:
+    from horovod.runner.common.util import safe_shell_exec
+
+    horovods = safe_shell_exec._exec_middleman
+    if horovods is middleman:
+        raise RuntimeError("Horovod's middleman must run in the process horovodrun spawns for it")
+    # Horovod's thread waits up to this long twice (for the children, then for the shell) before it kills
+    stopping_s = 2 * safe_shell_exec.GRACEFUL_TERMINATION_TIME_S + 1
     started: list[threading.Thread] = []
     on_event = safe_shell_exec.on_event
 
@@ -33,8 +34,8 @@ def middleman(command: Any, env: Any, exit_event: Any, *pipes: Any) -> None:
 
     safe_shell_exec.on_event = recording
     try:
-        _ORIGINAL(command, env, exit_event, *pipes)  # ends with sys.exit(the worker's exit code)
+        horovods(command, env, exit_event, *pipes)  # ends with sys.exit(the worker's exit code)
     finally:
         if exit_event.is_set():  # the stopping thread has started (it never starts otherwise: no join then)
             for thread in started:
-                thread.join(_STOPPING_S)
+                thread.join(stopping_s)
