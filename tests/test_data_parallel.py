@@ -11,6 +11,8 @@ import json
 import pytest
 
 import paratrain as pt
+from paratrain.bench.collect import summarize
+from paratrain.distenv import METRICS_VAR
 from tests.helpers.equivalence import assert_equivalent, train
 from tests.helpers.launch import ROOT, check, paratrain, worker_env
 
@@ -53,5 +55,11 @@ def test_data_parallel_ranks_split_the_data_and_replicas_of_one_do_not(tmp_path)
 
 @pytest.mark.multiprocess
 def test_replicas_that_each_read_the_whole_batch_train_the_one_process_curve(tmp_path, reference):
-    run = train("replica", 2, tmp_path, "adamw", 60, env=REPLICA)
+    measured = tmp_path / "metrics"
+    run = train("replica", 2, tmp_path / "run", "adamw", 60, env={**REPLICA, METRICS_VAR: str(measured)})
     assert_equivalent(reference("adamw", steps=60), run)
+    # compare's throughput counts each replica's samples once, not once per rank
+    batch = {json.loads(line)["samples"] for line in (measured / "rank0.jsonl").read_text().splitlines()
+             if '"step"' in line}
+    cell = summarize(measured, warmup=0, launch_time=0.0, tokens_per_sample=None)
+    assert len(batch) == 1 and cell["samples_per_s"] * cell["step_time_median_s"] == pytest.approx(batch.pop())

@@ -8,6 +8,8 @@ it on CPU: "SyncBatchNorm layers only work with GPU modules").
 
 from __future__ import annotations
 
+from typing import Any
+
 from torch import nn
 
 from paratrain.console import notice
@@ -15,13 +17,14 @@ from paratrain.model_facts import batchnorm_layers
 
 
 def convert(model: nn.Module, *, multi_process: bool, world_size: int, device_type: str, enabled: bool,
-            is_main: bool, training: bool = True) -> nn.Module:
+            is_main: bool, training: bool = True, group: Any = None) -> nn.Module:
     """The model to train: its BatchNorm layers converted to SyncBatchNorm when that is possible and wanted.
 
     The conversion keeps the same Parameter objects, so an optimizer built on the original model stays valid.
     Elsewhere (CPU, or turned off) the model is returned unchanged, with one notice on the main rank when its
     statistics will come from each rank's slice of the batch. ``training=False`` (prepare() without an optimizer:
-    evaluation only) leaves it alone and silent — eval-mode BatchNorm reads its running statistics, not the batch."""
+    evaluation only) leaves it alone and silent — eval-mode BatchNorm reads its running statistics, not the batch.
+    ``world_size`` and ``group`` are the data-parallel replicas' (the ranks that read different batches; None: all)."""
     # one process, dp (replicas inside one process) or evaluation only: there are no per-rank statistics to sync
     if world_size < 2 or not multi_process or not training:
         return model
@@ -29,7 +32,7 @@ def convert(model: nn.Module, *, multi_process: bool, world_size: int, device_ty
     if not layers:
         return model
     if device_type == "cuda" and enabled:
-        return nn.SyncBatchNorm.convert_sync_batchnorm(model)
+        return nn.SyncBatchNorm.convert_sync_batchnorm(model, process_group=group)
     if is_main:
         why = ("--no-sync-batchnorm was given" if device_type == "cuda"
                else "SyncBatchNorm needs GPUs (DDP refuses it on CPU)")

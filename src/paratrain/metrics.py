@@ -1,7 +1,8 @@
 """Measurements taken from inside ``Session`` when a measuring launcher asks for them.
 
 ``paratrain compare`` sets ``PARATRAIN_METRICS=DIR``; each rank then appends JSON lines to ``DIR/rank<r>.jsonl``:
-one per optimizer step (wall time, step duration, this rank's share of the global loss, samples it processed), the
+one per optimizer step (wall time, step duration, this rank's share of the global loss, samples it processed and
+the replica it belongs to, so that ranks sharing a replica count its samples once), the
 bytes of model state the rank holds (after its first step, when gradients and optimizer state exist), values the
 script logs with :func:`log`, and a summary at close (peak memory). Without the variable every call is a no-op, so a
 normal run pays nothing — and a user's script is measured from the outside, unchanged.
@@ -98,7 +99,8 @@ def peak_memory() -> dict[str, Any] | None:
 
 
 class StepRecorder:
-    def __init__(self, path: Path | None) -> None:
+    def __init__(self, path: Path | None, replica: int = 0) -> None:
+        self._replica = replica  # the rank's data-parallel rank: ranks of one replica process the same samples
         self._file: IO[str] | None = path.open("a", buffering=1) if path else None
         self._last: float | None = None
         self._loss = 0.0
@@ -118,13 +120,13 @@ class StepRecorder:
         return self._file is not None
 
     @classmethod
-    def from_env(cls, rank: int) -> StepRecorder:
+    def from_env(cls, rank: int, replica: int | None = None) -> StepRecorder:
         global _current
         folder = os.environ.get(METRICS_VAR)
         if not folder:
             return cls(None)
         Path(folder).mkdir(parents=True, exist_ok=True)
-        _current = cls(Path(folder) / f"rank{rank}.jsonl")
+        _current = cls(Path(folder) / f"rank{rank}.jsonl", rank if replica is None else replica)
         return _current
 
     def write(self, record: dict[str, Any]) -> None:
@@ -179,7 +181,7 @@ class StepRecorder:
             self._state_written = True
         now = time.perf_counter()
         record = {"step": step, "t": time.time(), "dt": now - self._last, "loss": self._loss,
-                  "samples": self._samples, "phases": self._phases}
+                  "samples": self._samples, "replica": self._replica, "phases": self._phases}
         if self._profiler is not None:
             record["profiled"] = True  # slower under the profiler: left out of the throughput
         self.write(record)

@@ -99,7 +99,7 @@ class Session:
         amp.check_supported(self.options.precision, self.device)
         if self.options.seed is not None:
             session_start.seed_everything(self.options.seed)
-        self._metrics = metrics.StepRecorder.from_env(self.rank)
+        self._metrics = metrics.StepRecorder.from_env(self.rank, self.data_parallel_rank)
         self._metrics.comm_visible = self._strategy.profiler_sees_collectives
         self._progress = Progress.from_env(self.rank)
         atexit.register(self.close)
@@ -174,9 +174,9 @@ class Session:
             )
         opts = self.options
         multi = registry.info(self._strategy.method).multi_process  # one process per device
-        model = batchnorm.convert(model, multi_process=multi, world_size=self.world_size,
+        model = batchnorm.convert(model, multi_process=multi, world_size=self.data_parallel_size,
                                   device_type=self.device.type, enabled=opts.sync_batchnorm, is_main=self.is_main,
-                                  training=optimizer is not None)
+                                  training=optimizer is not None, group=self._strategy.data_parallel_group)
         if opts.precision == "bf16-true":
             model = model.to(torch.bfloat16)  # in place: the optimizer's parameters are the same objects
         if opts.activation_checkpointing and optimizer is not None:  # before any wrapper: hooks on the user's blocks

@@ -75,7 +75,7 @@ def summarize(folder: Path, *, warmup: int, launch_time: float, tokens_per_sampl
     profiled = [s for s in measured if any(r.get("profiled") for r in steps[s])]
     measured = [s for s in measured if s not in profiled]  # profiling slows steps: not in the throughput
     timed = [max(r["dt"] for r in steps[s]) for s in measured]
-    timed_samples = [sum(r["samples"] for r in steps[s]) for s in measured]
+    timed_samples = [_samples(steps[s]) for s in measured]
     out: dict[str, Any] = {
         "steps_done": len(complete), "losses": losses, "step_times_s": timed,
         "state_bytes": state, "extra": {k: v for k, v in logged.items() if k != "final_loss"},
@@ -108,6 +108,16 @@ def summarize(folder: Path, *, warmup: int, launch_time: float, tokens_per_sampl
     tail = losses[-max(1, min(SMOOTH_MAX, len(losses) // 10)):]
     out["final_loss"] = sum(tail) / len(tail) if tail else logged.get("final_loss")
     return out
+
+
+def _samples(records: list[dict[str, Any]]) -> int:
+    """Samples one step trained on: each replica's once, however many ranks share it (a rank that records no
+    replica, as a Keras worker, is its own)."""
+    per_replica: dict[Any, int] = {}
+    for r in records:
+        replica = r.get("replica", ("rank", r["rank"]))
+        per_replica[replica] = max(per_replica.get(replica, 0), r["samples"])
+    return sum(per_replica.values())
 
 
 def _epoch_walls(epochs: dict[str, dict[int, float]], closed_at: float | None) -> dict[str, Any]:
