@@ -5,6 +5,7 @@ Runs unchanged under every method:
     python examples/session_train.py                                   # single process
     paratrain run --strategy ddp --nproc 2 examples/session_train.py
     paratrain run --strategy fsdp --nproc 4 examples/session_train.py --optimizer adamw
+    paratrain run --strategy tp --nproc 2 examples/session_train.py   # tensor parallel: by model.tp_plan below
     paratrain run -s ddp -n 2 examples/session_train.py --save ckpt/   # then resume anywhere with --load ckpt/
 """
 
@@ -27,6 +28,9 @@ def main() -> None:
     session = pt.Session(grad_accum=extra.grad_accum)
     with session.init_module() if extra.init_module else contextlib.nullcontext():
         model = build_model()
+    # How --strategy tp splits it (the other methods ignore it): the first Linear by its outputs, the second by its
+    # inputs, so the ranks share the hidden units and all-reduce once per layer pair.
+    model.tp_plan = {"0": "colwise", "2": "rowwise"}
     optimizer = make_optimizer(args.optimizer, model.parameters(), args.lr)
     loader = DataLoader(make_dataset(args.samples), batch_size=args.batch_size, shuffle=args.shuffle)
     model, optimizer, loader = session.prepare(model, optimizer, loader)

@@ -139,7 +139,7 @@ def from_bundled(name: str, width: int | None = None, depth: int | None = None) 
                                         f"{model.config.num_hidden_layers})", seq_len=SEQ_LEN)
     if name == "gpt":
         hidden = model.tok.embedding_dim
-        arch = Transformer(layers=len(model.blocks), hidden=hidden, heads=model.blocks[0].heads,
+        arch = Transformer(layers=len(model.blocks), hidden=hidden, heads=model.heads,
                            vocab=model.tok.num_embeddings, seq_len=SEQ_LEN, ffn=4 * hidden)
         return spec_of(model, f"gpt workload (width {hidden}, depth {arch.layers})", transformer=arch)
     x = torch.zeros(1, 64, device="meta")  # mlp and cnn both read the flattened 8×8 digits

@@ -185,10 +185,14 @@ def default_strategies(framework: str | None = None) -> list[str]:
 def strategies(settings: CompareSettings) -> list[str]:
     """The methods compared: those asked for; by default every method for a bundled workload (it has a Keras twin),
     and for a --script the methods of its framework only — a Keras script is not measured against eight torch rows
-    that could never run it, nor a Session script against the TensorFlow ones."""
+    that could never run it, nor a Session script against the TensorFlow ones. A method that splits the model by a
+    plan (tp) is a default cell only for a bundled model that has one; a script's model is asked for by name."""
     if settings.strategies:
         return settings.strategies
-    return default_strategies(script_framework(settings.script) if settings.script else None)
+    workload = _workload(settings)
+    splittable = workload is not None and workload.splittable
+    return [spec for spec in default_strategies(script_framework(settings.script) if settings.script else None)
+            if splittable or not registry.info(spec.partition(":")[0]).splits_model]
 
 
 def _framework_mismatch(settings: CompareSettings, entry: registry.MethodInfo) -> str | None:

@@ -32,6 +32,7 @@ class Method(str, enum.Enum):
     DP = "dp"
     DDP = "ddp"
     FSDP = "fsdp"
+    TP = "tp"
     DEEPSPEED = "deepspeed"
     HOROVOD = "horovod"
     MIRRORED = "mirrored"

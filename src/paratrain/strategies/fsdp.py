@@ -113,7 +113,7 @@ class FSDPStrategy(Strategy, BackwardSyncControl):
             for buffer in model.buffers():
                 dist.broadcast(buffer, src=0)
         if optimizer is not None:
-            _rebind_optimizer(optimizer, names, dict(model.named_parameters()))
+            rebind_optimizer(optimizer, names, dict(model.named_parameters()))
         return model, optimizer
 
     def set_grad_sync(self, model, enabled: bool) -> None:
@@ -123,7 +123,7 @@ class FSDPStrategy(Strategy, BackwardSyncControl):
         _procgroup.leave(self.env.timeout_s)
 
 
-def _rebind_optimizer(optimizer: torch.optim.Optimizer, old_names: dict[int, str], new_params: dict) -> None:
+def rebind_optimizer(optimizer: torch.optim.Optimizer, old_names: dict[int, str], new_params: dict) -> None:
     """fully_shard replaces each parameter with a sharded one; point the user's optimizer at the new ones.
 
     Keeping the same optimizer object (rather than building a new one) keeps any scheduler bound to it working.

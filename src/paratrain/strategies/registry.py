@@ -35,6 +35,7 @@ class MethodInfo:
     compare_specs: tuple[str, ...] = ()  # the cells `paratrain compare` runs by default (none: the bare method)
     also_runs: tuple[str, ...] = ()  # other frameworks whose scripts it runs (Horovod: Keras scripts too)
     costs: tuple[CostModel, ...] = ()  # how its configurations lay state out and communicate (advise ranks them)
+    splits_model: bool = False  # it splits the model itself by a plan: only models with one (and blocks) run under it
 
     @property
     def launcher(self) -> str:
@@ -93,6 +94,9 @@ _ENTRIES = [
                                 "FSDP replicating everything (DDP through FSDP)", 6),
                       CostModel("fsdp", replace(_ALL, gathered="unit"), "shard_all",
                                 "everything sharded, one block gathered at a time (ZeRO-3-like)", 7))),
+    MethodInfo(Method.TP, "torch", ("torchrun",),
+               "tensor parallel: each block's matrices split over the ranks, which compute it together on one batch",
+               "paratrain.strategies.tp:TensorParallelStrategy", True, splits_model=True),
     MethodInfo(Method.DEEPSPEED, "torch", ("torchrun",),
                "DeepSpeed ZeRO stages 0-3 with optional CPU offload, for very large models",
                "paratrain.strategies.deepspeed:DeepSpeedStrategy", True,

@@ -48,6 +48,7 @@ class Workload:
     # apart by 7e-4 in 60 steps; torch's and Keras' momentum SGD are the same arithmetic.
     momentum: float | None = None
     options: dict[str, Any] | None = None
+    splittable: bool = False  # its model declares a tensor-parallel plan: compare runs tp on it by default
 
     @property
     def slug(self) -> str:

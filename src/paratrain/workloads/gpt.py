@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 from contextlib import nullcontext
 from importlib import resources
+from typing import ClassVar
 
 import torch
 import torch.nn.functional as F
@@ -46,24 +47,34 @@ class CharWindows(Dataset):
 
 
 class Block(nn.Module):
+    """Pre-norm attention and MLP. The fused q/k/v projection keeps each head's q, k and v rows together and the
+    forward infers the head count from its input, so a tensor-parallel split of its outputs (``TinyGPT.tp_plan``)
+    gives each rank whole heads and the same code runs on the slice."""
+
     def __init__(self, dim: int, heads: int) -> None:
         super().__init__()
-        self.heads = heads
+        self.head_dim = dim // heads
         self.ln1, self.ln2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
         self.qkv, self.proj = nn.Linear(dim, 3 * dim), nn.Linear(dim, dim)
         self.mlp = nn.Sequential(nn.Linear(dim, 4 * dim), nn.GELU(), nn.Linear(4 * dim, dim))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        b, t, d = x.shape
-        q, k, v = self.qkv(self.ln1(x)).view(b, t, 3, self.heads, d // self.heads).unbind(dim=2)
+        b, t, _ = x.shape
+        q, k, v = self.qkv(self.ln1(x)).view(b, t, -1, 3, self.head_dim).unbind(dim=3)
         att = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=True)
-        x = x + self.proj(att.transpose(1, 2).reshape(b, t, d))
+        x = x + self.proj(att.transpose(1, 2).reshape(b, t, -1))
         return x + self.mlp(self.ln2(x))
 
 
 class TinyGPT(nn.Module):
+    # How --strategy tp splits it (Megatron-LM's): q/k/v and the MLP's first layer by their outputs, the attention
+    # output and the MLP's second layer by their inputs.
+    tp_plan: ClassVar[dict[str, str]] = {"blocks.*.qkv": "colwise", "blocks.*.proj": "rowwise",
+                                         "blocks.*.mlp.0": "colwise", "blocks.*.mlp.2": "rowwise"}
+
     def __init__(self, vocab: int, dim: int = 64, depth: int = 2, heads: int = 4, seq_len: int = SEQ_LEN) -> None:
         super().__init__()
+        self.heads = heads
         self.tok, self.pos = nn.Embedding(vocab, dim), nn.Embedding(seq_len, dim)
         self.blocks = nn.ModuleList(Block(dim, heads) for _ in range(depth))
         self.ln, self.head = nn.LayerNorm(dim), nn.Linear(dim, vocab)
@@ -103,4 +114,4 @@ def build(width: int = 64, depth: int = 2, heads: int = 4, seed: int = 0, init: 
 
 
 WORKLOAD = Workload("gpt", "decoder-only transformer, character-level, on a bundled public-domain text", build,
-                    global_batch=32, steps=60, lr=3e-3, tokens_per_sample=SEQ_LEN)
+                    global_batch=32, steps=60, lr=3e-3, tokens_per_sample=SEQ_LEN, splittable=True)

@@ -73,7 +73,7 @@ def build(width: int = 64, depth: int = 2, seed: int = 0, init: Init = nullconte
 
 WORKLOAD = Workload("llama", "Hugging Face transformers Llama (grouped-query attention, rotary, SwiGLU), "
                     "character-level, on the gpt workload's text", build,
-                    global_batch=32, steps=60, lr=3e-3, tokens_per_sample=gpt.SEQ_LEN)
+                    global_batch=32, steps=60, lr=3e-3, tokens_per_sample=gpt.SEQ_LEN, splittable=True)
 
 
 def from_config(name: str) -> Workload:
