@@ -86,3 +86,35 @@ def test_a_row_short_of_host_memory_says_so():
     assert _row(result, "ddp")["does_not_fit_because"] is None
     small = _advise(3e9, gpus=8, mem=40)
     assert _row(small, "ddp")["short_of"] == "GPU" and "per GPU" in _row(small, "ddp")["does_not_fit_because"]
+
+
+def _advise_preset(name: str, gpus: int, mem: float, nodes: int = 1):
+    hw = recommend.Hardware(gpus=gpus, gpu_mem_gib=mem, link=NVLINK, nodes=nodes, host_mem_gib=512)
+    return recommend.advise(models.from_preset(name), hw, memory.Plan(ranks=hw.world))
+
+
+def test_tensor_parallel_divides_the_blocks_matrices_and_keeps_the_rest_whole():
+    spec = models.from_preset("llama3-8b")
+    arch = spec.transformer
+    assert spec.split_elements == arch.layers * sum(arch.block_matrices())  # no biases in Llama
+    from paratrain.advise.methods import get
+
+    mem = memory.rank_memory(spec, get("tp").sharding, memory.Plan(ranks=8, optimizer="sgd"))
+    assert mem.params == round(4 * (spec.params - spec.split_elements * 7 / 8))
+    whole = memory.rank_memory(spec, get("ddp").sharding, memory.Plan(ranks=8, optimizer="sgd"))
+    assert mem.activations < whole.activations  # the heads and MLP units of one rank
+
+
+def test_tensor_parallel_is_one_machine_and_never_cuts_a_head():
+    row = _row(_advise_preset("llama3-8b", gpus=8, mem=80, nodes=2), "tp")
+    assert not row["usable"] and row["unusable_because"] == "one machine only"
+    row = _row(_advise_preset("gpt2-xl", gpus=8, mem=80), "tp")  # 25 heads
+    assert not row["usable"] and "25 attention heads do not divide by 8" in row["unusable_because"]
+    assert _row(_advise(1e8, gpus=8, mem=80), "tp")["usable"] is False  # no architecture: no plan to split by
+
+
+def test_tensor_parallel_sends_four_all_reduces_of_each_blocks_output_per_micro_batch():
+    row = _row(_advise_preset("llama3-8b", gpus=8, mem=80), "tp")
+    arch = models.from_preset("llama3-8b").transformer
+    block_io = 8 * arch.layers * arch.seq_len * arch.hidden * 4  # 8 micro-batches of 1, fp32
+    assert row["comm_bytes_per_step"] == round(4 * block_io * 2 * 7 / 8)

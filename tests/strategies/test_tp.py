@@ -10,11 +10,13 @@ import json
 import pytest
 from torch import nn
 
+from paratrain.advise import models
 from paratrain.errors import ConfigError
 from paratrain.strategies.tp import check_divides, find_plan
 from paratrain.workloads import get
 from tests.helpers.equivalence import assert_equivalent, train
 from tests.helpers.launch import EXAMPLES, ROOT, check, paratrain
+from tests.helpers.memory import assert_state_is_advises
 
 TRAIN = str(ROOT / "src" / "paratrain" / "workloads" / "train.py")
 
@@ -42,6 +44,8 @@ def test_a_hugging_face_llama_split_by_its_configs_plan_trains_the_one_process_c
     tp = cells["tp×2"]
     assert tp["status"] == "ok" and tp["loss_max_abs_diff"] <= 1e-5, tp
     assert max(tp["state_bytes"]) < min(cells["single×1"]["state_bytes"])  # each rank holds slices of the blocks
+    assert_state_is_advises([tp], models.from_bundled("llama"), "adamw")  # advise's tensor-parallel state: exact
+    assert tp["predicted_mem"]["activations"] < cells["single×1"]["predicted_mem"]["activations"]
 
 
 @pytest.mark.multiprocess

@@ -30,17 +30,19 @@ def norm_bytes_per_element(arch: Transformer, elem: int) -> int:
     return elem if arch.norm == "layernorm" else FP32 + elem
 
 
-def per_layer_bytes(arch: Transformer, batch: int, elem: int) -> int:
+def per_layer_bytes(arch: Transformer, batch: int, elem: int, tp: int = 1) -> int:
     """One block: what its two norms keep, the attention input, q/k/v (k and v smaller under grouped-query
     attention), the attention output (the output projection reads it in place), the MLP input and its hidden
-    activations (GELU: its input and output; SwiGLU: gate, its activation, up and their product)."""
+    activations (GELU: its input and output; SwiGLU: gate, its activation, up and their product). Under tensor
+    parallelism over ``tp`` ranks, q/k/v, the attention output, the log-sum-exp and the MLP's hidden activations are
+    each rank's heads and units alone; the norms and the split layers' inputs are whole on every rank."""
     bs, h = batch * arch.seq_len, arch.hidden
     kv = (arch.kv_heads or arch.heads) / arch.heads
     hidden_acts = (4 if arch.mlp == "swiglu" else 2) * arch.ffn * arch.experts
-    elements = bs * h * (1 + (1 + 2 * kv) + 1 + 1) + bs * hidden_acts
+    elements = bs * h * (1 + 1) + (bs * h * ((1 + 2 * kv) + 1) + bs * hidden_acts) / tp
     norms = 2 * bs * h * norm_bytes_per_element(arch, elem)
     norm_stats = bs * (2 if arch.norm == "layernorm" else 1) * 2  # mean and 1/std (or 1/rms) per norm, fp32
-    lse = batch * arch.heads * arch.seq_len  # fused attention's log-sum-exp, fp32
+    lse = batch * arch.heads * arch.seq_len / tp  # fused attention's log-sum-exp, fp32
     return int(elements * elem + norms + (norm_stats + lse) * FP32)
 
 
@@ -54,28 +56,29 @@ def outside_layers_bytes(arch: Transformer, batch: int, elem: int) -> int:
     return int((2 * bs + positions) * INDEX + final_norm + (bs * arch.vocab + stats) * FP32)
 
 
-def backward_gradient_bytes(arch: Transformer, batch: int, elem: int) -> int:
+def backward_gradient_bytes(arch: Transformer, batch: int, elem: int, tp: int = 1) -> int:
     """What a block's backward adds for a moment on top of what it kept: the gradients of the MLP's hidden
     activations, alive together while backward passes through it (GELU: one; SwiGLU: the gate's and up's)."""
-    return (2 if arch.mlp == "swiglu" else 1) * batch * arch.seq_len * arch.ffn * arch.experts * elem
+    return (2 if arch.mlp == "swiglu" else 1) * batch * arch.seq_len * arch.ffn * arch.experts * elem // tp
 
 
-def autocast_extra_bytes(arch: Transformer, batch: int) -> tuple[int, int, int]:
+def autocast_extra_bytes(arch: Transformer, batch: int, tp: int = 1) -> tuple[int, int, int]:
     """What autocast over fp32 weights keeps beyond counting every tensor at 2 bytes: (per block, outside the
     blocks, one block's weight copies). Per block: the norms' inputs are fp32 (the residual stream is), and a
     Llama-style block (RMSNorm: separate q, k, v projections, a gate and an up matrix) casts its attention input three
     times and its MLP input twice, where one 2-byte copy was counted. Outside: the output layer's 16-bit input copy.
     Weights: every matrix multiply saves the 16-bit copy of its weight that it computed with, alive until its backward
-    — with or without autocast's cache, and of the whole weight under FSDP."""
+    — with or without autocast's cache, and of the whole weight under FSDP (of each rank's slice under tensor
+    parallelism, ``tp`` ranks)."""
     bs, h = batch * arch.seq_len, arch.hidden
     norms = 2 * bs * h * (norm_bytes_per_element(arch, FP32) - norm_bytes_per_element(arch, 2))
     casts = (3 if arch.norm == "rmsnorm" else 0) * bs * h * 2
     attention, mlp = arch.block_matrices()
-    return norms + casts, bs * h * 2, 2 * (attention + mlp * arch.experts)
+    return norms + casts, bs * h * 2, 2 * (attention + mlp * arch.experts) // tp
 
 
 def activation_bytes(arch: Transformer, batch: int, elem: int, *, checkpointing: bool = False,
-                     autocast: bool = False) -> int:
+                     autocast: bool = False, tp: int = 1) -> int:
     """The peak of what forward keeps for backward. Without checkpointing: every block's saved tensors, and then the
     larger of the tensors outside the blocks (at the end of forward) and the last block's backward gradients (at the
     start of backward). With activation checkpointing only each block's input is kept; the peak is then the larger of
@@ -83,14 +86,15 @@ def activation_bytes(arch: Transformer, batch: int, elem: int, *, checkpointing:
     inputs, that block's full set, the gradient arriving at it and its backward gradients — by then the loss's tensors
     are freed). Measured within 4 % either way, as torch's allocator counts it, on the bundled gpt's and llama's real
     steps (``tests/advise/test_calibration.py``). ``autocast``: 16-bit compute over fp32 weights (``elem`` 2), whose
-    block inputs are fp32 and whose matrix multiplies keep 16-bit copies (:func:`autocast_extra_bytes`)."""
-    layer = per_layer_bytes(arch, batch, elem)
+    block inputs are fp32 and whose matrix multiplies keep 16-bit copies (:func:`autocast_extra_bytes`). ``tp``: the
+    blocks split over that many ranks by tensor parallelism (each rank's share; outside the blocks all is whole)."""
+    layer = per_layer_bytes(arch, batch, elem, tp)
     outside = outside_layers_bytes(arch, batch, elem)
-    gradients = backward_gradient_bytes(arch, batch, elem)
+    gradients = backward_gradient_bytes(arch, batch, elem, tp)
     block_io = batch * arch.seq_len * arch.hidden * (FP32 if autocast else elem)
     weights = head = 0
     if autocast:
-        extra_layer, extra_outside, weights = autocast_extra_bytes(arch, batch)
+        extra_layer, extra_outside, weights = autocast_extra_bytes(arch, batch, tp)
         layer, outside, head = layer + extra_layer, outside + extra_outside, 2 * arch.vocab * arch.hidden
     if checkpointing:
         return arch.layers * block_io + max(outside + head, layer + weights + block_io + gradients)

@@ -144,14 +144,14 @@ def _largest_unit(model: ModelSpec) -> float:
     return max(per_layer, arch.vocab * arch.hidden)
 
 
-def _activation_bytes(model: ModelSpec, plan: Plan, notes: list[str]) -> int | None:
+def _activation_bytes(model: ModelSpec, plan: Plan, notes: list[str], tp: int = 1) -> int | None:
     elem = 4 if plan.precision == "fp32" else 2
     if model.transformer is not None:
         arch = model.transformer
         if plan.seq_len and plan.seq_len != arch.seq_len:
             arch = type(arch)(**{**arch.__dict__, "seq_len": plan.seq_len})
         return activations.activation_bytes(arch, plan.micro_batch, elem, checkpointing=plan.checkpointing,
-                                            autocast=plan.precision in AUTOCAST)
+                                            autocast=plan.precision in AUTOCAST, tp=tp)
     if model.activation_bytes is not None and model.activation_batch:
         scale = plan.micro_batch / model.activation_batch * (elem / 4)
         if plan.checkpointing:
@@ -161,8 +161,27 @@ def _activation_bytes(model: ModelSpec, plan: Plan, notes: list[str]) -> int | N
     return None
 
 
+def tensor_parallel_memory(model: ModelSpec, plan: Plan) -> RankMemory:
+    """Tensor parallelism over ``plan.ranks``: the split layers' parameters, gradients and optimizer state divided
+    evenly (paratrain refuses an uneven split), the rest whole on every rank, every tensor a DTensor with its own
+    Adam step count; the activations inside the split divided too, for the micro-batch every rank computes."""
+    p_b, g_b, o_b = element_bytes(plan.precision, plan.optimizer)
+    out = RankMemory()
+    split = model.split_elements
+    if split is None:
+        out.notes.append("no tensor-parallel plan known for this model: its state counted whole")
+        split = 0
+    held = model.params - split + split / plan.ranks
+    steps = ADAM_STEP_BYTES * len(model.shapes or ()) if plan.optimizer in ("adam", "adamw") else 0
+    out.params, out.grads, out.optimizer = round(held * p_b), round(held * g_b), round(held * o_b) + steps
+    out.activations = _activation_bytes(model, plan, out.notes, tp=plan.ranks if model.split_elements else 1)
+    return out
+
+
 def rank_memory(model: ModelSpec, sharding: Sharding, plan: Plan, rank: int = 0) -> RankMemory:
     """The bytes rank ``rank`` holds under one method. Rank 0 holds the largest piece of every shard."""
+    if sharding.tensor_parallel:
+        return tensor_parallel_memory(model, plan)
     p_b, g_b, o_b = element_bytes(plan.precision, plan.optimizer)
     if sharding.master and plan.precision == "fp32":
         o_b += 4

@@ -44,6 +44,8 @@ class MethodModel:
     def layout(self) -> tuple[str, str]:
         """(replicated, sharded) in words, for the table."""
         s = self.sharding
+        if s.tensor_parallel:
+            return "embeddings, norms, output layer", "the blocks' matrices (params, grads, optimizer)"
         parts = {"params": s.params, "grads": s.grads, "optimizer": s.optimizer}
         sharded = [k for k, v in parts.items() if v]
         replicated = [k for k, v in parts.items() if not v]
@@ -54,6 +56,8 @@ class MethodModel:
     def short_layout(self) -> str:
         """What is sharded, in letters for a narrow table: ``p+g+o``, ``g+o``."""
         s = self.sharding
+        if s.tensor_parallel:
+            return "blocks"
         letters = "+".join(k[0] for k, v in (("params", s.params), ("grads", s.grads),
                                              ("optimizer", s.optimizer)) if v) or "—"
         return letters
@@ -65,7 +69,8 @@ def _from_registry() -> tuple[MethodModel, ...]:
         for cost in entry.costs:
             ranked.append((cost.preference, MethodModel(
                 cost.spec, entry.framework, entry.launcher, cost.sharding, cost.comm,
-                one_process=not entry.multi_process, multi_node=entry.multi_process, what=cost.what)))
+                one_process=not entry.multi_process, multi_node=entry.multi_process and not cost.one_node,
+                what=cost.what)))
     return tuple(model for _, model in sorted(ranked, key=lambda pair: pair[0]))
 
 

@@ -49,6 +49,15 @@ class Transformer:
         h, kv = self.hidden, (self.kv_heads or self.heads) * (self.hidden // self.heads)
         return h * h * 2 + h * kv * 2, (3 if self.mlp == "swiglu" else 2) * h * self.ffn
 
+    def split_elements(self, *, biases: bool) -> int:
+        """Elements tensor parallelism divides: every block's matrices, and with biases those of q/k/v and of the
+        MLP's first layer(s) (split by their outputs; the row-split layers' biases stay whole)."""
+        h, kv = self.hidden, (self.kv_heads or self.heads) * (self.hidden // self.heads)
+        attention, mlp = self.block_matrices()
+        if biases:
+            attention, mlp = attention + h + 2 * kv, mlp + (2 if self.mlp == "swiglu" else 1) * self.ffn
+        return self.layers * (attention + mlp * self.experts)
+
     def param_count(self, *, biases: bool, tied: bool) -> int:
         h, kv = self.hidden, (self.kv_heads or self.heads) * (self.hidden // self.heads)
         attn_matrices, mlp_matrices = self.block_matrices()
@@ -71,6 +80,9 @@ class ModelSpec:
     activation_bytes: int | None = None
     activation_batch: int | None = None  # the micro-batch activation_bytes was counted at
     note: str = ""
+    # Elements tensor parallelism divides across ranks (the layers its plan splits: their weights, and the biases of
+    # those split by their outputs); None where the model has no plan
+    split_elements: int | None = None
 
 
 def _gpt2(layers: int, hidden: int, heads: int) -> Transformer:
@@ -121,7 +133,8 @@ def from_preset(name: str) -> ModelSpec:
                           f"{did_you_mean(name.lower(), PRESETS)}",
                           hint="or give --params N, or --model package.module:factory")
     arch, kind, title = found
-    return ModelSpec(name=name.lower(), params=arch.param_count(**kind), transformer=arch, note=title)
+    return ModelSpec(name=name.lower(), params=arch.param_count(**kind), transformer=arch, note=title,
+                     split_elements=arch.split_elements(biases=kind["biases"]))
 
 
 def from_bundled(name: str, width: int | None = None, depth: int | None = None) -> ModelSpec:
@@ -255,7 +268,22 @@ def spec_of(model: torch.nn.Module, name: str, *, transformer: Transformer | Non
         act, batch = saved_activation_bytes(model, lambda: model(*example)), _batch_of(example)
         note = "activations counted on the meta device at the example's batch size"
     return ModelSpec(name=name, params=count, shapes=shapes, transformer=transformer, activation_bytes=act,
-                     activation_batch=batch, note=note)
+                     activation_batch=batch, note=note, split_elements=_split_elements(model))
+
+
+def _split_elements(model: torch.nn.Module) -> int | None:
+    """What --strategy tp would divide across ranks, by the model's own plan (strategies.tp.find_plan); None without
+    one."""
+    from paratrain.strategies.tp import find_plan
+
+    try:
+        plan = find_plan(model)
+    except ConfigError:
+        return None
+    modules = dict(model.named_modules())
+    return sum(modules[name].weight.numel() + (modules[name].bias.numel() if style == "colwise"
+                                                and modules[name].bias is not None else 0)
+               for name, style in plan.items())
 
 
 def _batch_of(example: tuple[Any, ...]) -> int:

@@ -85,10 +85,15 @@ def _row(model: ModelSpec, m: MethodModel, hw: Hardware, plan: memory.Plan, fram
     ranks = 1 if m.spec == "single" else (hw.gpus if m.one_process else hw.world)
     mem = memory.rank_memory(model, m.sharding, replace(plan, ranks=ranks))
     p_b, g_b, _ = memory.element_bytes(plan.precision, plan.optimizer)
-    outputs = 0
+    outputs = block_io = 0
     if m.comm == "dp" and model.transformer is not None:
         outputs = plan.micro_batch * (plan.seq_len or model.transformer.seq_len) * model.transformer.vocab * 4
-    link_bytes = comm.step_bytes(m.comm, model.params, ranks, p_b, g_b, outputs)
+    if m.comm == "tp" and model.transformer is not None:
+        # for as many samples as the data-parallel rows take per step: one micro-batch per rank, each through all
+        arch = model.transformer
+        block_io = (ranks * arch.layers * plan.micro_batch * (plan.seq_len or arch.seq_len) * arch.hidden
+                    * (4 if plan.precision == "fp32" else 2))
+    link_bytes = comm.step_bytes(m.comm, model.params, ranks, p_b, g_b, outputs, block_io)
     host = comm.host_bytes(m.sharding.offload, model.params, ranks, p_b, g_b)
     runs = registry.info(m.method).runs(framework)  # horovod runs Keras scripts too
     usable = runs and (hw.nodes == 1 or m.multi_node)
@@ -98,11 +103,26 @@ def _row(model: ModelSpec, m: MethodModel, hw: Hardware, plan: memory.Plan, fram
     row.fits = not row.misfit
     if row.misfit_where == "host":
         row.notes.append(row.misfit)
+    if m.comm == "tp":
+        row.notes.append(f"communication for {ranks} micro-batches (the samples a data-parallel step takes)")
     if not runs:
         row.unusable = f"a {m.framework} method (planning for {framework}: --framework {m.framework})"
     elif not usable:
         row.unusable = "one machine only"
+    elif m.sharding.tensor_parallel and (cut := _heads_cut(model, ranks)):
+        row.usable, row.unusable = False, cut
     return row
+
+
+def _heads_cut(model: ModelSpec, ranks: int) -> str | None:
+    """Why tensor parallelism cannot split this model over ``ranks`` (it never cuts an attention head), or None."""
+    arch = model.transformer
+    if arch is None or model.split_elements is None:
+        return "no tensor-parallel plan known for this model (a preset or --model hf:CONFIG has one)"
+    for what, count in (("attention heads", arch.heads), ("key/value heads", arch.kv_heads)):
+        if count and count % ranks:
+            return f"its {count} {what} do not divide by {ranks} ranks"
+    return None
 
 
 def _misfit(mem: memory.RankMemory, ranks_per_node: int, hw: Hardware) -> tuple[str, str]:

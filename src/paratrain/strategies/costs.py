@@ -30,6 +30,10 @@ class Sharding:
     layout: str = "chunk"  # how shards are cut: "chunk", "flat" or "tensor" (see paratrain.advise.memory)
     master: bool = False  # an fp32 master copy of the partition even in fp32 training (DeepSpeed's ZeRO optimizers)
     reduce_bucket: bool = False  # ZeRO's gradient-reduction bucket, allocated whole (ZERO_REDUCE_BUCKET at most)
+    # Tensor parallel: the blocks' matrices (and the biases of those split by their outputs) divided across ranks,
+    # everything else whole on each, and the activations inside the split divided too; every rank reads the whole
+    # batch (the ranks are one replica)
+    tensor_parallel: bool = False
 
 
 # DeepSpeed's reduce_bucket_size default, in elements. paratrain's DeepSpeed config lowers it to the model's size
@@ -47,7 +51,7 @@ class CostModel:
     """One configuration of a method as advise ranks it (a method may have several: DeepSpeed's ZeRO stages).
 
     ``spec`` is the canonical spec ``paratrain run`` takes; ``comm`` a pattern of :func:`paratrain.advise.comm.
-    step_bytes` (``allreduce``, ``shard_grads``, ``shard_all``, ``dp``, ``none``); ``what`` one phrase for the
+    step_bytes` (``allreduce``, ``shard_grads``, ``shard_all``, ``dp``, ``tp``, ``none``); ``what`` one phrase for the
     reasons; ``preference`` breaks ties between methods that cost the same — lower first: fewer moving parts and
     fewer extra packages, so a tie goes to plain DDP rather than to a sharded engine doing the same work."""
 
@@ -56,3 +60,4 @@ class CostModel:
     comm: str
     what: str
     preference: int
+    one_node: bool = False  # its ranks must share a machine (tensor parallel's per-block all-reduces)
