@@ -1,12 +1,13 @@
-"""Hand-written DDP (or DeepSpeed, with --zero N; or Horovod, with --horovod) on a bundled workload's model and
-data: the baselines of benchmarks/overhead.py.
+"""Hand-written DDP (or DeepSpeed, with --zero N; Horovod, with --horovod; tensor parallel, with --tp) on a bundled
+workload's model and data: the baselines of benchmarks/overhead.py.
 
     torchrun --standalone --nproc-per-node 2 benchmarks/handwritten_ddp.py --workload mlp --steps 200 --out t.json
     DS_ACCELERATOR=cpu torchrun --standalone --nproc-per-node 2 benchmarks/handwritten_ddp.py --zero 2 --out t.json
     horovodrun -np 2 -H localhost:2 --gloo python benchmarks/handwritten_ddp.py --horovod --out t.json
+    torchrun --standalone --nproc-per-node 2 benchmarks/handwritten_ddp.py --tp --workload gpt --out t.json
 
 Only the model and data come from paratrain.workloads; the loop is the idiomatic one (DistributedSampler,
-per-rank batch = global batch / world size). Rank 0
+per-rank batch = global batch / world size; under --tp every rank reads the whole batch). Rank 0
 writes the wall time at which its first step ended and every step's duration (end of step to end of step).
 """
 
@@ -31,6 +32,7 @@ def main() -> None:
     p.add_argument("--out", required=True)
     p.add_argument("--zero", type=int, default=None, help="DeepSpeed ZeRO stage instead of DDP (the seed's snippet)")
     p.add_argument("--horovod", action="store_true", help="Horovod instead of DDP (the seed's snippet)")
+    p.add_argument("--tp", action="store_true", help="tensor parallel by the model's tp_plan (PyTorch's DTensor)")
     args = p.parse_args()
     use_cuda = torch.cuda.is_available()
     if args.horovod:
@@ -52,6 +54,17 @@ def main() -> None:
                                              named_parameters=model.named_parameters())
         hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         backward, step_fn = (lambda loss: loss.backward()), (lambda: (optimizer.step(), optimizer.zero_grad()))
+    elif args.tp:  # PyTorch's tensor-parallel recipe: the planned Linear layers split, the rest left as it is
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+        styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
+        hf_plan = getattr(getattr(built.model, "config", None), "base_model_tp_plan", None)  # transformers' blocks
+        plan = {f"model.{k}": v for k, v in hf_plan.items()} if hf_plan else built.model.tp_plan
+        model = parallelize_module(built.model.to(device), init_device_mesh(device.type, (world,)),
+                                   {name: styles[style]() for name, style in plan.items()})
+        optimizer = torch.optim.AdamW(model.parameters(), lr=workload.lr)
+        backward, step_fn = (lambda loss: loss.backward()), (lambda: (optimizer.step(), optimizer.zero_grad()))
     elif args.zero is None:
         model = DDP(built.model.to(device), device_ids=[device.index] if use_cuda else None)
         optimizer = torch.optim.AdamW(model.parameters(), lr=workload.lr)
@@ -64,8 +77,9 @@ def main() -> None:
             "train_micro_batch_size_per_gpu": workload.global_batch // world, "gradient_clipping": 0.0,
             "zero_optimization": {"stage": args.zero}, "steps_per_print": 10**9})
         backward, step_fn = model.backward, model.step
-    sampler = DistributedSampler(built.train, num_replicas=world, rank=rank, shuffle=True, seed=0)
-    loader = DataLoader(built.train, batch_size=workload.global_batch // world, sampler=sampler)
+    replicas, replica = (1, 0) if args.tp else (world, rank)  # tensor parallel: one replica, the whole batch on each
+    sampler = DistributedSampler(built.train, num_replicas=replicas, rank=replica, shuffle=True, seed=0)
+    loader = DataLoader(built.train, batch_size=workload.global_batch // replicas, sampler=sampler)
     times, first_end, step, epoch = [], None, 0, 0
     last = None
     while step < args.steps:
