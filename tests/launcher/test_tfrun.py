@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -26,11 +27,28 @@ def test_killed_worker_stops_the_job_and_is_named(tmp_path):
     assert time.monotonic() - start < 60
 
 
-def test_taken_port_is_refused_before_anything_starts(tmp_path):
-    with socket.socket() as held:
-        held.bind(("", 0))
+def _held_after_a_free_port() -> tuple[socket.socket, int]:
+    """A listening socket on port P+1 with P free, both below the kernel's ephemeral range: a port picked by binding
+    0 comes from that range, where another test's connection can take P before the launch checks it."""
+    ranges = Path("/proc/sys/net/ipv4/ip_local_port_range")
+    low = int(ranges.read_text().split()[0]) if ranges.exists() else 32768  # Linux's default elsewhere
+    for port in range(low - 4000, low - 2, 2):
+        held = socket.socket()
+        try:
+            held.bind(("", port + 1))
+            with socket.socket() as probe:
+                probe.bind(("", port))
+        except OSError:
+            held.close()
+            continue
         held.listen()
-        port = held.getsockname()[1]
+        return held, port + 1
+    raise AssertionError("no free pair of ports below the ephemeral range")
+
+
+def test_taken_port_is_refused_before_anything_starts(tmp_path):
+    held, port = _held_after_a_free_port()
+    with held:
         proc = paratrain("run", "-s", f"multiworker:port={port - 1}", "-n", "2", KERAS_EQUIV, str(tmp_path),
                          env=tf_env(), timeout=60)
     assert proc.returncode != 0
