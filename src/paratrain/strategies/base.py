@@ -33,6 +33,7 @@ class Method(str, enum.Enum):
     DDP = "ddp"
     FSDP = "fsdp"
     TP = "tp"
+    FSDP_TP = "fsdp+tp"
     DEEPSPEED = "deepspeed"
     HOROVOD = "horovod"
     MIRRORED = "mirrored"

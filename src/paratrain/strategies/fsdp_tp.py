@@ -1,0 +1,98 @@
+"""FSDP + tensor parallel on a 2-D mesh: tensor parallel inside each group of ``tp`` ranks, FSDP across the groups.
+
+The ranks form a (dp, tp) grid. Each row of ``tp`` ranks holds one replica split by the model's plan
+(:mod:`paratrain.strategies.tp`); FSDP2 then shards every block's slices (and the replicated layers) across the
+``dp`` rows, as torchtitan trains Llama 3.1 405B. The rows are the data-parallel replicas: each reads its own share of
+the batch, and the Session's reductions go over them. Put the ``tp`` ranks of a row on one machine (torchrun's
+consecutive ranks are): they all-reduce every block's output.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+import torch.distributed as dist
+
+from paratrain.blocks import transformer_blocks
+from paratrain.errors import ConfigError
+from paratrain.strategies import _procgroup
+from paratrain.strategies.base import Availability, BackwardSyncControl, Method, Strategy, StrategyOptions
+from paratrain.strategies.fsdp import rebind_optimizer
+from paratrain.strategies.tp import TensorParallelStrategy, check_divides, find_plan, replicate_the_rest
+
+
+@dataclass(frozen=True, kw_only=True)
+class FSDPTPOptions(StrategyOptions):
+    tp: int | None = None  # ranks per tensor-parallel group (default: 2 where the processes pair up, else 1)
+
+    shorthands: ClassVar[Mapping[str, Mapping[str, Any]]] = {}
+
+
+class FSDPTPStrategy(Strategy, BackwardSyncControl):
+    method = Method.FSDP_TP
+    options_type = FSDPTPOptions
+    options: FSDPTPOptions
+    supported_precision = TensorParallelStrategy.supported_precision
+    compilable = False
+    _mesh: Any = None
+
+    @classmethod
+    def available(cls) -> Availability:
+        return TensorParallelStrategy.available()
+
+    def setup(self) -> None:
+        from torch.distributed.device_mesh import init_device_mesh
+
+        tp = self._tp
+        if tp < 1 or self.world_size % tp:
+            raise ConfigError(f"fsdp+tp:tp={tp} needs a number of processes that is a multiple of {tp} "
+                              f"({self.world_size} given)", hint=f"use --nproc {2 * tp}, or another tp=")
+        self.device = _procgroup.join(self.env, str(self.method))
+        self._mesh = init_device_mesh(self.device.type, (self.world_size // tp, tp), mesh_dim_names=("dp", "tp"))
+
+    @property
+    def _tp(self) -> int:
+        if self.options.tp is not None:
+            return self.options.tp
+        return 2 if self.world_size % 2 == 0 else 1
+
+    @property
+    def data_parallel_rank(self) -> int:
+        return self._mesh["dp"].get_local_rank()
+
+    @property
+    def data_parallel_size(self) -> int:
+        return self.world_size // self._tp
+
+    @property
+    def data_parallel_group(self) -> Any:
+        return self._mesh["dp"].get_group()
+
+    def wrap(self, model, optimizer):
+        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+        plan = find_plan(model)
+        check_divides(model, plan, self._tp)
+        names = {id(p): n for n, p in model.named_parameters()}
+        model = model.to(self.device)
+        for tensor in [*model.parameters(), *model.buffers()]:
+            dist.broadcast(tensor.data, src=0)
+        styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
+        tp_mesh, dp_mesh = self._mesh["tp"], self._mesh["dp"]
+        parallelize_module(model, tp_mesh, {name: styles[style]() for name, style in plan.items()})
+        replicate_the_rest(model, tp_mesh)
+        for block in transformer_blocks(model):
+            fully_shard(block, mesh=dp_mesh)
+        fully_shard(model, mesh=dp_mesh)
+        if optimizer is not None:
+            rebind_optimizer(optimizer, names, dict(model.named_parameters()))
+        return model, optimizer
+
+    def set_grad_sync(self, model, enabled: bool) -> None:
+        model.set_requires_gradient_sync(enabled)
+
+    def teardown(self) -> None:
+        _procgroup.leave(self.env.timeout_s)

@@ -1,0 +1,33 @@
+"""fsdp+tp: tensor parallel inside groups of ranks, FSDP across them (a 2-D mesh). The conformance suite runs it at
+two processes (one group of two); here the grid it is for, 2 × 2, and the sizes it refuses."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers.equivalence import assert_equivalent, train
+from tests.helpers.launch import EXAMPLES, SESSION_TRAIN, check, paratrain
+
+pytestmark = pytest.mark.multiprocess
+
+
+def test_two_groups_of_two_train_the_one_process_curve_and_resume_under_ddp(tmp_path, reference):
+    ckpt = tmp_path / "ckpt"
+    first = train("fsdp+tp:tp=2", 4, tmp_path / "first", "adamw", 40, "--save", str(ckpt))
+    assert_equivalent(reference("adamw", steps=40), first)
+    resumed = train("ddp", 2, tmp_path / "resumed", "adamw", 80, "--load", str(ckpt))
+    assert_equivalent(reference("adamw", steps=80), resumed, offset=40)
+
+
+def test_a_group_size_that_does_not_divide_the_processes_is_one_line():
+    proc = paratrain("run", "-s", "fsdp+tp:tp=3", "-n", "2", str(SESSION_TRAIN), "--steps", "2")
+    assert proc.returncode != 0
+    last = proc.stderr.strip().splitlines()[-1]
+    assert "fsdp+tp:tp=3 needs a number of processes that is a multiple of 3 (2 given)" in last, proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_the_handwritten_2d_script_runs_unchanged_with_the_one_process_result(tmp_path, reference):
+    check(paratrain("run", "-s", "fsdp+tp", "-n", "4", str(EXAMPLES / "handwritten" / "fsdp_tp.py"), "--steps",
+                    "200", "--out", str(tmp_path)))
+    assert_equivalent(reference("sgd"), tmp_path)
