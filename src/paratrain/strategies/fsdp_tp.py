@@ -13,14 +13,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-import torch.distributed as dist
-
 from paratrain.blocks import transformer_blocks
 from paratrain.errors import ConfigError
 from paratrain.strategies import _procgroup
 from paratrain.strategies.base import Availability, BackwardSyncControl, Method, Strategy, StrategyOptions
 from paratrain.strategies.fsdp import rebind_optimizer
-from paratrain.strategies.tp import TensorParallelStrategy, check_divides, find_plan, replicate_the_rest
+from paratrain.strategies.tp import TensorParallelStrategy, split
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -72,18 +70,9 @@ class FSDPTPStrategy(Strategy, BackwardSyncControl):
 
     def wrap(self, model, optimizer):
         from torch.distributed.fsdp import fully_shard
-        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
-        plan = find_plan(model)
-        check_divides(model, plan, self._tp)
-        names = {id(p): n for n, p in model.named_parameters()}
-        model = model.to(self.device)
-        for tensor in [*model.parameters(), *model.buffers()]:
-            dist.broadcast(tensor.data, src=0)
-        styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
-        tp_mesh, dp_mesh = self._mesh["tp"], self._mesh["dp"]
-        parallelize_module(model, tp_mesh, {name: styles[style]() for name, style in plan.items()})
-        replicate_the_rest(model, tp_mesh)
+        names = split(model, self._mesh["tp"], self.device)
+        dp_mesh = self._mesh["dp"]
         for block in transformer_blocks(model):
             fully_shard(block, mesh=dp_mesh)
         fully_shard(model, mesh=dp_mesh)

@@ -118,6 +118,23 @@ def replicate_the_rest(model: nn.Module, mesh: Any) -> None:
                           output_fn=_local_output)
 
 
+def split(model: nn.Module, mesh: Any, device: Any) -> dict[int, str]:
+    """Split ``model`` in place over the 1-D ``mesh`` by its plan, starting from rank 0's values (as DDP starts), the
+    rest replicated; returns the name of each original parameter by its id, for the optimizer to follow."""
+    from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+
+    plan = find_plan(model)
+    check_divides(model, plan, mesh.size())
+    names = {id(p): n for n, p in model.named_parameters()}
+    model.to(device)
+    for tensor in [*model.parameters(), *model.buffers()]:
+        dist.broadcast(tensor.data, src=0)  # every rank slices the same start
+    styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
+    parallelize_module(model, mesh, {name: styles[style]() for name, style in plan.items()})
+    replicate_the_rest(model, mesh)
+    return names
+
+
 class TensorParallelStrategy(Strategy):
     method = Method.TP
     supported_precision = frozenset({"fp32", "bf16-mixed"})
@@ -157,17 +174,7 @@ class TensorParallelStrategy(Strategy):
         return self._group
 
     def wrap(self, model, optimizer):
-        from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
-
-        plan = find_plan(model)
-        check_divides(model, plan, self.world_size)
-        names = {id(p): n for n, p in model.named_parameters()}
-        model = model.to(self.device)
-        for tensor in [*model.parameters(), *model.buffers()]:
-            dist.broadcast(tensor.data, src=0)  # every rank slices the same start (rank 0's, as DDP starts from)
-        styles = {"colwise": ColwiseParallel, "rowwise": RowwiseParallel}
-        parallelize_module(model, self._mesh, {name: styles[style]() for name, style in plan.items()})
-        replicate_the_rest(model, self._mesh)
+        names = split(model, self._mesh, self.device)
         if optimizer is not None:
             rebind_optimizer(optimizer, names, dict(model.named_parameters()))
         return model, optimizer
