@@ -144,6 +144,8 @@ DOCUMENTED = [
       ("ds:zero2+off(o)", "host")]),
     (["--model", "llama-70b", "--gpus", "8", "--gpu-mem", "80", "--precision", "bf16-mixed"],
      [("fsdp", "activations")]),
+    (["--model", "llama-13b", "--gpus", "8", "--gpu-mem", "80", "--interconnect", "nvlink", "--seq-len", "4096",
+      "--micro-batch", "4", "--precision", "bf16-mixed", "--checkpointing"], [("tp", "total"), ("fsdp", "total")]),
 ]
 
 
