@@ -44,22 +44,27 @@ class Transformer:
     norm: str = "layernorm"
     experts: int = 1  # experts each token passes through (mixture of experts): that many MLP activations per token
 
+    @property
+    def kv_width(self) -> int:
+        """Width of the key and of the value projection: fewer heads than the queries under grouped-query attention."""
+        return (self.kv_heads or self.heads) * (self.hidden // self.heads)
+
     def block_matrices(self) -> tuple[int, int]:
         """Elements of one block's weight matrices: (attention's q, k, v and output; one MLP's two or three)."""
-        h, kv = self.hidden, (self.kv_heads or self.heads) * (self.hidden // self.heads)
+        h, kv = self.hidden, self.kv_width
         return h * h * 2 + h * kv * 2, (3 if self.mlp == "swiglu" else 2) * h * self.ffn
 
     def split_elements(self, *, biases: bool) -> int:
         """Elements tensor parallelism divides: every block's matrices, and with biases those of q/k/v and of the
         MLP's first layer(s) (split by their outputs; the row-split layers' biases stay whole)."""
-        h, kv = self.hidden, (self.kv_heads or self.heads) * (self.hidden // self.heads)
+        h, kv = self.hidden, self.kv_width
         attention, mlp = self.block_matrices()
         if biases:
             attention, mlp = attention + h + 2 * kv, mlp + (2 if self.mlp == "swiglu" else 1) * self.ffn
         return self.layers * (attention + mlp * self.experts)
 
     def param_count(self, *, biases: bool, tied: bool) -> int:
-        h, kv = self.hidden, (self.kv_heads or self.heads) * (self.hidden // self.heads)
+        h, kv = self.hidden, self.kv_width
         attn_matrices, mlp_matrices = self.block_matrices()
         attn = attn_matrices + ((h + 2 * kv + h) if biases else 0)
         mlp = mlp_matrices + ((self.ffn + h) if biases else 0)
