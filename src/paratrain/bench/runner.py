@@ -12,8 +12,9 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -53,6 +54,24 @@ def _nothing_recorded(script: str) -> str:
         return ("the script's model.fit recorded no steps: pass callbacks=ptf.callbacks(GLOBAL_BATCH) to it so "
                 "compare can measure it")
     return "the script never called session.step(): nothing to measure"
+
+
+@contextlib.contextmanager
+def _interrupt_deferred() -> Iterator[None]:
+    """Hold a Ctrl-C back until the block is done, then raise it. Popen forks and waits for the exec: interrupted
+    there, the run has started in its own session (out of reach of the terminal's Ctrl-C) and the caller never
+    learns its pid to stop it. Only the main thread receives signals; elsewhere the block just runs."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    held: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, _frame: held.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if held:
+        raise KeyboardInterrupt
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -102,9 +121,11 @@ def run_cell(spec: CellSpec, folder: Path, *, warmup: int, timeout: float, token
     launch = time.time()
     start = time.perf_counter()
     with log.open("w") as fh:
-        proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env=env, cwd=work, start_new_session=True)
+        proc = None
         try:
+            with _interrupt_deferred():  # a Ctrl-C inside Popen would leave a started run behind, unknown to us
+                proc = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                        env=env, cwd=work, start_new_session=True)
             while proc.poll() is None:
                 if time.perf_counter() - start > timeout:
                     _stop(proc)
@@ -113,7 +134,8 @@ def run_cell(spec: CellSpec, folder: Path, *, warmup: int, timeout: float, token
                     progress(steps_so_far())
                 time.sleep(0.25)
         except BaseException:  # Ctrl-C: stop what we started, keep what finished
-            _stop(proc)
+            if proc is not None:
+                _stop(proc)
             raise
     wall = time.perf_counter() - start
     cell: dict[str, Any] = {"wall_s": wall, "log": str(log)}
