@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from tests.helpers.launch import ROOT, SESSION_TRAIN, check, paratrain
+from tests.helpers.launch import ROOT, SESSION_TRAIN, check, paratrain, python
 
 SCRIPTS = ROOT / "tests" / "helpers" / "scripts"
 pytestmark = pytest.mark.multiprocess
@@ -173,3 +173,18 @@ def test_exit_code_is_the_failing_ranks(strategy, nproc):
     proc = paratrain("run", "-s", strategy, "-n", nproc, str(SCRIPTS / "exit3.py"))
     assert proc.returncode == 3, proc.stderr
     assert "exit code 3" in proc.stderr
+
+
+def test_a_second_job_in_the_same_process_gives_its_ranks_its_own_environment(tmp_path):
+    """torchrun's ranks fork from a server that keeps the environment it started with: each job has its own server,
+    so a notebook that changes a variable between two runs sees the change in the second job's ranks."""
+    script = tmp_path / "env_mark.py"
+    script.write_text("import os, sys\nimport paratrain as pt\ns = pt.Session()\n"
+                      "open(os.path.join(sys.argv[1], f'{os.environ[\"MARK\"]}.{s.rank}'), 'w').close()\n")
+    code = ("import os, sys\nfrom paratrain.cli.main import main\n"
+            "for mark in ('first', 'second'):\n"
+            "    os.environ['MARK'] = mark\n"
+            f"    assert main(['run', '-s', 'ddp', '-n', '2', {str(script)!r}, {str(tmp_path)!r}]) == 0\n")
+    check(python("-c", code, timeout=240))
+    assert sorted(p.name for p in tmp_path.iterdir() if p.suffix != ".py") == ["first.0", "first.1",
+                                                                              "second.0", "second.1"]

@@ -6,9 +6,10 @@ with and without gc.disable()). Afterwards, each full collection still walks all
 the optimizer imports torch._dynamo. So torch is imported with the collector paused, and what the import made is
 then frozen (gc.freeze): later collections skip it, and a forked one-process script does not touch its pages.
 
-The collector is paused only for the import of torch itself, never for the user's own code: in a worker, the hook
-waits until the script imports torch, at the script's own moment — so a script that sets environment variables
-before `import torch` keeps its meaning.
+The collector is paused only for the import of torch itself, never for the user's own code. Where torch is loaded
+before the script (the launcher, torchrun's forkserver: ``preload``) it is imported here; in a worker started as a
+fresh interpreter (horovodrun's, the TensorFlow launcher's) the hook waits until the script imports torch, at the
+script's own moment.
 """
 
 from __future__ import annotations
