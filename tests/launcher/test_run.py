@@ -1,11 +1,13 @@
 """`paratrain run` end to end: real torchrun launches on CPU/gloo."""
 
 import json
+import subprocess
+import sys
 import time
 
 import pytest
 
-from tests.helpers.launch import ROOT, SESSION_TRAIN, check, paratrain, python
+from tests.helpers.launch import ROOT, SESSION_TRAIN, check, paratrain, python, worker_env
 
 SCRIPTS = ROOT / "tests" / "helpers" / "scripts"
 pytestmark = pytest.mark.multiprocess
@@ -188,3 +190,16 @@ def test_a_second_job_in_the_same_process_gives_its_ranks_its_own_environment(tm
     check(python("-c", code, timeout=240))
     assert sorted(p.name for p in tmp_path.iterdir() if p.suffix != ".py") == ["first.0", "first.1",
                                                                               "second.0", "second.1"]
+
+
+def test_a_rank_reads_the_jobs_standard_input_as_under_torchrun(tmp_path):
+    """A forked rank gets the job's stdin back (multiprocessing gives it /dev/null): input() and a rank's pdb work."""
+    script = tmp_path / "read_stdin.py"
+    script.write_text("import sys\nimport paratrain as pt\ns = pt.Session()\n"
+                      "if s.rank == 0:\n    print('rank 0 read', sys.stdin.readline().strip(), flush=True)\n"
+                      "s.barrier()\n")
+    proc = subprocess.run([sys.executable, "-m", "paratrain.cli.main", "run", "-s", "ddp", "-n", "2", str(script)],
+                          input="typed at the terminal\n", capture_output=True, text=True, timeout=240,
+                          env=worker_env())
+    check(proc)
+    assert "rank 0 read typed at the terminal" in proc.stdout

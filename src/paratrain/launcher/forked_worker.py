@@ -10,8 +10,11 @@ leaves at once with its exit code, as the worker would.
 import os
 import sys
 
-from paratrain.launcher import worker
+from paratrain.launcher import preload, worker
 
+if preload.STDIN is not None:  # the job's standard input back, where multiprocessing put /dev/null
+    os.dup2(preload.STDIN, 0)
+    sys.stdin = open(0, closefd=False)  # noqa: SIM115  (standard input stays open for the process's life)
 _code = worker.run(sys.argv[1], sys.argv[2:])
 if _code:
     worker.flush_output()

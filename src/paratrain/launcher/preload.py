@@ -6,7 +6,16 @@ every job. They are imported here with the collector paused and then frozen (``t
 neither rescan nor copy those pages. Importing torch creates no CUDA context, so a forked rank still picks its GPU.
 """
 
+import contextlib
+import os
+
 from paratrain.launcher import torch_import, worker  # noqa: F401  (the worker's own imports come along)
+
+# The job's standard input, kept on a spare descriptor: multiprocessing gives each forked rank /dev/null instead, and a
+# rank's pdb (torch.distributed.breakpoint) or input() reads the terminal under torchrun's usual start.
+STDIN: int | None = None
+with contextlib.suppress(OSError):
+    STDIN = os.dup(0)
 
 torch_import.load_torch()
 with torch_import.collector_paused():
