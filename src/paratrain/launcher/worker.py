@@ -229,6 +229,18 @@ def _stop_quietly() -> int:
     return 128 + signal.SIGINT
 
 
+ECHO_GRACE_S = 1.0
+
+
+def _await_interrupt() -> None:
+    """A collective that failed because a peer is gone may be the echo of a Ctrl-C that reached the peer first: this
+    rank was blocked inside the collective, so its own SIGINT had not run yet. Wait a moment for it (its handler
+    raises KeyboardInterrupt, which stops the rank quietly) before reporting a failure."""
+    deadline = time.monotonic() + ECHO_GRACE_S
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
 def _script_traceback(exc: BaseException, script: str) -> TracebackType | None:
     """The exception's traceback from the script's own first frame on, as ``python train.py`` shows it: the
     worker's and runpy's frames above it are paratrain's plumbing, not the user's code (``PARATRAIN_DEBUG=1``
@@ -280,6 +292,8 @@ def _run_and_report(script: str, args: list[str]) -> int:
     except Exception as exc:
         if _interrupted:  # an echo of the interrupt (a peer that stopped first): not a failure of its own
             return _stop_quietly()
+        if notes_.is_echo(str(exc)):
+            _await_interrupt()  # raises KeyboardInterrupt if this loss of a peer was a Ctrl-C reaching it first
         _note_failure(notes_.exception_line(exc))
         exc.with_traceback(_script_traceback(exc, script))  # the hooks print the exception's own traceback
         _record_for_torchrun(exc)
