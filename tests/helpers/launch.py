@@ -24,10 +24,10 @@ def worker_env(**extra: str) -> dict[str, str]:
 
 
 def paratrain(*args: str, timeout: float = 240, cwd: str | os.PathLike | None = None,
-              env: dict[str, str] | None = None) -> subprocess.CompletedProcess:
-    """Run the CLI in a fresh interpreter, as a user would."""
+              env: dict[str, str] | None = None, input: str | None = None) -> subprocess.CompletedProcess:
+    """Run the CLI in a fresh interpreter, as a user would (``input``: what is typed on its standard input)."""
     return subprocess.run([sys.executable, "-m", "paratrain.cli.main", *args], capture_output=True, text=True,
-                          timeout=timeout, cwd=cwd or ROOT, env=env or worker_env())
+                          timeout=timeout, cwd=cwd or ROOT, env=env or worker_env(), input=input)
 
 
 def python(*args: str, timeout: float = 240, env: dict[str, str] | None = None) -> subprocess.CompletedProcess:

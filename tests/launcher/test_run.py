@@ -1,13 +1,11 @@
 """`paratrain run` end to end: real torchrun launches on CPU/gloo."""
 
 import json
-import subprocess
-import sys
 import time
 
 import pytest
 
-from tests.helpers.launch import ROOT, SESSION_TRAIN, check, paratrain, python, worker_env
+from tests.helpers.launch import ROOT, SESSION_TRAIN, check, paratrain, python
 
 SCRIPTS = ROOT / "tests" / "helpers" / "scripts"
 pytestmark = pytest.mark.multiprocess
@@ -198,8 +196,5 @@ def test_a_rank_reads_the_jobs_standard_input_as_under_torchrun(tmp_path):
     script.write_text("import sys\nimport paratrain as pt\ns = pt.Session()\n"
                       "if s.rank == 0:\n    print('rank 0 read', sys.stdin.readline().strip(), flush=True)\n"
                       "s.barrier()\n")
-    proc = subprocess.run([sys.executable, "-m", "paratrain.cli.main", "run", "-s", "ddp", "-n", "2", str(script)],
-                          input="typed at the terminal\n", capture_output=True, text=True, timeout=240,
-                          env=worker_env())
-    check(proc)
+    proc = check(paratrain("run", "-s", "ddp", "-n", "2", str(script), input="typed at the terminal\n"))
     assert "rank 0 read typed at the terminal" in proc.stdout

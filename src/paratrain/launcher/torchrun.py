@@ -171,8 +171,11 @@ def _raise_first_failure(exc, notes: Path, world_size: int) -> None:
         # Forked ranks are reported one at a time: torch lists the first process it saw end, which can be an echo
         # of the rank that failed (it was still printing its traceback). The ranks' own timed notes decide.
         rank = noted["rank"]
-        failure = exc.failures.get(rank, failure)
-        code = failure.exitcode if rank in exc.failures else int(noted.get("code", 1))
+        if rank in exc.failures:
+            failure = exc.failures[rank]
+            code = failure.exitcode
+        else:
+            code = int(noted.get("code", 1))
     line = _failure_line(rank, code, failure, noted["error"] if noted and noted["rank"] == rank else None,
                          notes_.finished(notes, rank))
     hint = None
