@@ -6,6 +6,7 @@ Runs unchanged under every method:
     paratrain run --strategy ddp --nproc 2 examples/session_train.py
     paratrain run --strategy fsdp --nproc 4 examples/session_train.py --optimizer adamw
     paratrain run --strategy tp --nproc 2 examples/session_train.py   # tensor parallel: by model.tp_plan below
+    paratrain run --strategy pp --nproc 2 examples/session_train.py   # pipeline parallel: layers 0-2, then 3-4
     paratrain run -s ddp -n 2 examples/session_train.py --save ckpt/   # then resume anywhere with --load ckpt/
 """
 
@@ -41,11 +42,11 @@ def main() -> None:
     running = torch.zeros(())
     while session.step_count < args.steps:
         for x, y in loader:
-            loss = loss_fn(model(x), y)
-            session.backward(loss)
-            running += loss.detach().cpu() / session.grad_accum
             before = session.step_count
-            session.step()
+            # forward, loss, backward, and the optimizer step once grad_accum micro-batches are done. The same as
+            # `loss = loss_fn(model(x), y); session.backward(loss); session.step()`, which every method but pp runs.
+            loss = session.train_step(x, y, loss_fn)
+            running += loss.cpu() / session.grad_accum
             if session.step_count > before:  # a whole global batch is done
                 losses.append(float(session.all_reduce(running, op="mean")))
                 running.zero_()

@@ -57,7 +57,7 @@ def _diffs(a: dict, b: dict) -> tuple[float, float]:
 
 # tests/strategies/test_precision_matrix.py runs bf16-mixed under ddp and fsdp, and bf16-true under fsdp, on a
 # transformer: here the precisions run under the other methods.
-PRECISION_METHODS = {"bf16-mixed": [("dp", 1)], "bf16-true": [("ddp", 2), ("dp", 1)]}
+PRECISION_METHODS = {"bf16-mixed": [("dp", 1), ("pp", 2)], "bf16-true": [("ddp", 2), ("dp", 1)]}
 
 
 @pytest.mark.multiprocess
@@ -89,9 +89,11 @@ def test_bf16_really_runs_in_bf16(run):
 @pytest.mark.multiprocess
 def test_clipping_a_sharded_model_clips_the_global_norm(run):
     single = run("single", 1, "--seed", "3", "--grad-clip", "0.5")
-    fsdp = run("fsdp", 2, "--seed", "3", "--grad-clip", "0.5")
     assert all(n > 0.5 for n in single["norms"][:3])  # clipping is active from the first step
-    assert max(abs(a - b) for a, b in zip(single["norms"], fsdp["norms"], strict=True)) < 1e-5  # not a shard's norm
+    for strategy in ("fsdp", "pp"):  # not a shard's norm, nor a pipeline stage's
+        split = run(strategy, 2, "--seed", "3", "--grad-clip", "0.5")
+        assert max(abs(a - b) for a, b in zip(single["norms"], split["norms"], strict=True)) < 1e-5, strategy
+        assert _diffs(single, split)[1] <= FP32_TOL, strategy
 
 
 @pytest.mark.multiprocess

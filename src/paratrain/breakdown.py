@@ -5,7 +5,8 @@ threads; NCCL's kernels as device events), whatever issued them — DDP's reduce
 union over time is the communication time; the part of it during which this process's main thread was computing
 (top-level ``aten::`` ops) was hidden behind compute ("overlapped"); the rest was waited for ("exposed"). Bytes
 sent per rank follow the ring algorithms both backends use: an all-reduce sends 2(N−1)/N of its buffer, an
-all-gather (N−1) inputs, a reduce-scatter (N−1)/N of its input.
+all-gather (N−1) inputs, a reduce-scatter (N−1)/N of its input; a point-to-point send (between pipeline stages) its
+payload once. They are also counted by kind of collective.
 """
 
 from __future__ import annotations
@@ -52,6 +53,10 @@ def sent_bytes(op: str, shapes: list[list[int]], dtypes: list[str], world: int) 
     if world < 2 or not shapes or not shapes[0]:
         return 0
     payload = math.prod(shapes[0]) * DTYPE_BYTES.get(dtypes[0] if dtypes else "float", 4)
+    if op == "send":  # point to point (pipeline stages): the payload crosses one link, once
+        return payload
+    if op == "recv":  # counted by the rank that sent it
+        return 0
     if "all_reduce" in op or "allreduce" in op:
         return round(payload * 2 * (world - 1) / world)
     if "all_gather" in op or "allgather" in op:
@@ -64,7 +69,7 @@ def sent_bytes(op: str, shapes: list[list[int]], dtypes: list[str], world: int) 
 def analyse(events: Iterable[Any], world: int, steps: int) -> dict[str, Any]:
     """Per-step communication figures from profiler ``FunctionEvent``s covering ``steps`` whole steps."""
     comm, compute_by_thread = [], {}
-    sent, ops = 0, {}
+    sent, ops, kinds = 0, {}, {}
     for e in events:
         start, end = e.time_range.start, e.time_range.end
         match = COMM.match(e.name)
@@ -72,7 +77,9 @@ def analyse(events: Iterable[Any], world: int, steps: int) -> dict[str, Any]:
             comm.append((start, end))
             shapes = [list(s) for s in (e.input_shapes or []) if isinstance(s, (list, tuple))]
             dtypes = list(getattr(e, "input_dtypes", None) or [])
-            sent += sent_bytes(match.group(2), shapes, dtypes, world)
+            moved = sent_bytes(match.group(2), shapes, dtypes, world)
+            sent += moved
+            kinds[match.group(2)] = kinds.get(match.group(2), 0) + moved
             ops[match.group(2)] = ops.get(match.group(2), 0) + 1
         elif DEVICE_COMM.match(e.name):
             comm.append((start, end))
@@ -86,10 +93,12 @@ def analyse(events: Iterable[Any], world: int, steps: int) -> dict[str, Any]:
     per = max(steps, 1) * 1e6  # microseconds -> seconds per step
     return {"comm_total_s": total / per, "comm_exposed_s": max(0.0, total - overlapped) / per,
             "comm_overlapped_s": overlapped / per, "comm_bytes_per_step": round(sent / max(steps, 1)),
-            "collectives_per_step": {k: v / max(steps, 1) for k, v in sorted(ops.items())}}
+            "collectives_per_step": {k: v / max(steps, 1) for k, v in sorted(ops.items())},
+            "comm_bytes_by_kind": {k: round(v / max(steps, 1)) for k, v in sorted(kinds.items()) if v}}
 
 
-COMM_KEYS = ("comm_total_s", "comm_exposed_s", "comm_overlapped_s", "comm_bytes_per_step", "collectives_per_step")
+COMM_KEYS = ("comm_total_s", "comm_exposed_s", "comm_overlapped_s", "comm_bytes_per_step", "collectives_per_step",
+             "comm_bytes_by_kind")
 
 
 def not_measured(result: dict[str, Any]) -> dict[str, Any]:

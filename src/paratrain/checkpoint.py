@@ -232,13 +232,13 @@ def _read(what: str, folder: Path, load: Any) -> Any:
                               hint="load an earlier checkpoint") from None
 
 
-def _check_compatible(folder: Path, expected: dict[str, Any]) -> None:
+def _check_compatible(folder: Path, expected: dict[str, Any], strategy: Strategy) -> None:
     """Compare parameter names and shapes before loading, so a wrong model gets a readable list, not a trace."""
 
     have = {k[len("model."):]: v for k, v in _stored(folder).items() if k.startswith("model.")}
     want = expected["model"]
     missing = sorted(set(want) - set(have))
-    unexpected = sorted(set(have) - set(want))
+    unexpected = sorted(set(have) - strategy.model_keys(list(want)))  # a pipeline stage holds some keys only
     wrong = sorted(k for k in set(want) & set(have)
                    if hasattr(have[k], "size") and isinstance(want[k], torch.Tensor)
                    and tuple(have[k].size) != tuple(want[k].shape))
@@ -262,7 +262,7 @@ def load(path: str | os.PathLike, strategy: Strategy, model: torch.nn.Module,
     if not any(k.startswith("optim.") for k in _stored(folder)):
         optimizer = None  # saved without an optimizer: leave the one given here as it is
     state = strategy.state_dict(model, optimizer)
-    _check_compatible(folder, state)
+    _check_compatible(folder, state, strategy)
     if optimizer is None:
         state.pop("optim", None)
     with _single_process_quiet():

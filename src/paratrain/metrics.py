@@ -24,7 +24,7 @@ from paratrain.distenv import METRICS_VAR, PROFILE_VAR
 if TYPE_CHECKING:  # torch is imported where it is used: a Keras script's recorder needs this module too
     import torch
 
-PHASES = ("data", "forward", "backward", "optimizer")
+PHASES = ("data", "forward", "backward", "bubble", "optimizer")  # bubble: a pipeline stage waiting on its peers
 
 
 def _local_nbytes(t: torch.Tensor) -> int:

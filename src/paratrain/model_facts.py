@@ -22,7 +22,10 @@ def _counted(counter: Counter[str]) -> list[str]:
 
 def param_count(model: nn.Module) -> int:
     """The whole model's parameters, wherever they are held: a sharded DTensor's numel() is its global size; a
-    ZeRO-3 parameter's numel() is 0 between uses and its ds_numel the full count."""
+    ZeRO-3 parameter's numel() is 0 between uses and its ds_numel the full count; a pipeline stage (which holds
+    some blocks only) says the whole model's count itself."""
+    if (whole := getattr(model, "paratrain_param_count", None)) is not None:
+        return int(whole)
     return sum(getattr(p, "ds_numel", p.numel()) for p in model.parameters())
 
 

@@ -12,7 +12,7 @@ import contextlib
 import dataclasses
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Literal
 
 import torch
@@ -27,7 +27,7 @@ from paratrain.errors import ConfigError, LaunchError
 from paratrain.progress import Progress
 from paratrain.run_hooks import RunHooks
 from paratrain.strategies import _procgroup, registry
-from paratrain.strategies.base import BackwardSyncControl, Strategy
+from paratrain.strategies.base import BackwardSyncControl, ScheduledStep, Strategy
 
 ReduceOp = Literal["mean", "sum", "max", "min"]
 
@@ -253,6 +253,33 @@ class Session:
             self._strategy.backward(self._scaler.scale(loss) if self._scaler is not None else loss)
         self._metrics.add("backward", time.perf_counter() - started)
         self._micro_done += 1
+
+    def train_step(self, inputs: Any, targets: torch.Tensor,
+                   loss_fn: Callable[[Any, torch.Tensor], torch.Tensor]) -> torch.Tensor:
+        """One micro-batch of training in one call, under every method: ``loss_fn(model(inputs), targets)``, its
+        backward, then :meth:`step`. Returns the loss, detached. ``inputs`` is a tensor or a tuple of the model's
+        positional arguments.
+
+        The form pipeline parallelism (pp) needs: there no rank holds the whole model, so the script cannot call it
+        and form the loss; the method runs forward, loss and backward through its stages, and every rank gets the
+        loss back."""
+        model = self._require_model()
+        args = inputs if isinstance(inputs, tuple) else (inputs,)
+        if not isinstance(self._strategy, ScheduledStep):
+            loss = loss_fn(model(*args), targets)
+            self.backward(loss)
+            self.step()
+            return loss.detach()
+        self._used["model"] = True
+        weight = self._loss_weight
+        with self._progress.phase("session.train_step"):
+            loss, phases = self._strategy.forward_backward(model, args, targets, loss_fn, weight)
+        self._metrics.backward(loss, weight, self._micro_samples)
+        for phase, seconds in phases.items():
+            self._metrics.add(phase, seconds)
+        self._micro_done += 1
+        self.step()
+        return loss
 
     def step(self) -> None:
         """Once every ``grad_accum`` backward calls: the optimizer step, zero_grad, then the step of the scheduler

@@ -53,7 +53,8 @@ def step_bytes(pattern: str, params: int, ranks: int, param_bytes: int, grad_byt
                output_bytes: int = 0, block_io_bytes: int = 0) -> int:
     """Bytes one rank sends per optimizer step (for DataParallel: what passes through GPU 0). ``block_io_bytes``:
     one micro-batch's block outputs over all blocks (layers × batch × sequence × hidden), which tensor parallelism
-    all-reduces twice per block forward (after attention and after the MLP) and twice backward."""
+    all-reduces twice per block forward (after attention and after the MLP) and twice backward; for pipeline
+    parallelism, what the busiest stage sends its neighbours (activations forward, gradients back)."""
     if ranks < 2 or pattern == "none":
         return 0
     ring = (ranks - 1) / ranks
@@ -65,6 +66,8 @@ def step_bytes(pattern: str, params: int, ranks: int, param_bytes: int, grad_byt
         return round(params * (grad_bytes + 2 * param_bytes) * ring)
     if pattern == "tp":
         return round(4 * block_io_bytes * 2 * ring)
+    if pattern == "pp":  # a stage's output forward and its input's gradient back, once per sample: point to point
+        return block_io_bytes
     if pattern == "dp":  # parameters out to N-1 replicas, gradients and outputs back to GPU 0
         return (params * (param_bytes + grad_bytes) + output_bytes) * (ranks - 1)
     raise ValueError(pattern)

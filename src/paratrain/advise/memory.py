@@ -18,7 +18,7 @@ gradient-reduction bucket whole (``reduce_bucket``: the model's size up to 5e8 e
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from paratrain.advise import activations
 from paratrain.advise.models import ModelSpec
@@ -178,10 +178,59 @@ def tensor_parallel_memory(model: ModelSpec, plan: Plan) -> RankMemory:
     return out
 
 
+def pipeline_chunks(stages: int) -> int:
+    """Micro-batches per batch under paratrain's pp by default (PipelineOptions.chunks): twice the stages."""
+    return 2 * stages
+
+
+def bubble_fraction(stages: int, chunks: int) -> float:
+    """The share of a step each stage idles while the pipe fills and drains: (p−1)/(m+p−1), GPipe's and 1F1B's."""
+    return (stages - 1) / (chunks + stages - 1)
+
+
+def pipeline_memory(model: ModelSpec, plan: Plan, schedule: str) -> RankMemory:
+    """Pipeline parallelism over ``plan.ranks`` stages as paratrain cuts a model: contiguous runs of blocks (the first
+    stages take one more where they do not divide), the embeddings on the first stage, the final norm and output
+    layer on the last. The busier of those two stages. Each batch is cut into :func:`pipeline_chunks` micro-batches;
+    GPipe keeps every one's activations until its backward, 1F1B at most one per stage (the first stage holds
+    ``min(stages, chunks)``, the last one)."""
+    p_b, g_b, o_b = element_bytes(plan.precision, plan.optimizer)
+    stages, arch = plan.ranks, model.transformer
+    if arch is None:
+        out = RankMemory(notes=["pipeline stages not modelled without an architecture: state divided evenly"])
+        held = model.params / stages
+        out.params, out.grads, out.optimizer = round(held * p_b), round(held * g_b), round(held * o_b)
+        out.activations = _activation_bytes(model, plan, out.notes)
+        return out
+    chunks = pipeline_chunks(stages)
+    blocks = arch.layers * sum(arch.block_matrices())
+    outside = max(0, model.params - blocks)  # embeddings, output layer, norms and biases
+    embedding = min(outside, arch.vocab * arch.hidden)
+    best = RankMemory()
+    for stage, layers in ((0, math.ceil(arch.layers / stages)), (stages - 1, arch.layers // stages)):
+        last = stage == stages - 1
+        held = blocks * layers / arch.layers + (outside - embedding if last else embedding)
+        out = RankMemory()
+        out.params, out.grads, out.optimizer = round(held * p_b), round(held * g_b), round(held * o_b)
+        in_flight = chunks if schedule == "gpipe" else (1 if last else min(stages, chunks))
+        part = replace(arch, layers=layers, vocab=arch.vocab if last else 0)  # no logits before the last stage
+        whole = _activation_bytes(replace(model, transformer=part), plan, out.notes)
+        out.activations = None if whole is None else round(whole * in_flight / chunks)
+        elem = 4 if plan.precision == "fp32" else 2
+        out.buffers = 2 * math.ceil(plan.micro_batch / chunks) * (plan.seq_len or arch.seq_len) * arch.hidden * elem
+        if out.total >= best.total:
+            best = out
+    best.notes.append(f"{plan.micro_batch} samples cut into {chunks} micro-batches; pipeline bubble "
+                      f"{bubble_fraction(stages, chunks) * 100:.0f} % of each step")
+    return best
+
+
 def rank_memory(model: ModelSpec, sharding: Sharding, plan: Plan, rank: int = 0) -> RankMemory:
     """The bytes rank ``rank`` holds under one method. Rank 0 holds the largest piece of every shard."""
     if sharding.tensor_parallel:
         return tensor_parallel_memory(model, plan)
+    if sharding.pipeline:
+        return pipeline_memory(model, plan, sharding.pipeline)
     p_b, g_b, o_b = element_bytes(plan.precision, plan.optimizer)
     if sharding.master and plan.precision == "fp32":
         o_b += 4

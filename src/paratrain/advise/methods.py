@@ -46,6 +46,8 @@ class MethodModel:
         s = self.sharding
         if s.tensor_parallel:
             return "embeddings, norms, output layer", "the blocks' matrices (params, grads, optimizer)"
+        if s.pipeline:
+            return "—", "consecutive blocks per rank (params, grads, optimizer, activations)"
         parts = {"params": s.params, "grads": s.grads, "optimizer": s.optimizer}
         sharded = [k for k, v in parts.items() if v]
         replicated = [k for k, v in parts.items() if not v]
@@ -58,6 +60,8 @@ class MethodModel:
         s = self.sharding
         if s.tensor_parallel:
             return "blocks"
+        if s.pipeline:
+            return "stages"
         letters = "+".join(k[0] for k, v in (("params", s.params), ("grads", s.grads),
                                              ("optimizer", s.optimizer)) if v) or "—"
         return letters

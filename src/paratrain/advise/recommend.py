@@ -67,6 +67,7 @@ class Row:
     misfit_where: str = ""  # "GPU" or "host": which memory is short, for the table's fits column
     reason: str = ""
     notes: list[str] = field(default_factory=list)
+    bubble: float = 0.0  # the share of each step a pipeline's stages idle (pp), 0 for every other method
 
     def to_json(self) -> dict[str, Any]:
         m = self.model
@@ -78,7 +79,8 @@ class Row:
                 "unusable_because": self.unusable or None, "does_not_fit_because": self.misfit or None,
                 "short_of": self.misfit_where or None, "runnable": m.runnable,
                 "comm_bytes_per_step": self.comm_bytes, "host_bytes_per_step": self.host_bytes,
-                "comm_s_per_step": self.comm_s, "measured": self.measured, "notes": self.notes}
+                "comm_s_per_step": self.comm_s, "bubble": self.bubble, "measured": self.measured,
+                "notes": self.notes}
 
 
 def _row(model: ModelSpec, m: MethodModel, hw: Hardware, plan: memory.Plan, framework: str) -> Row:
@@ -88,6 +90,10 @@ def _row(model: ModelSpec, m: MethodModel, hw: Hardware, plan: memory.Plan, fram
     outputs = block_io = 0
     if m.comm == "dp" and model.transformer is not None:
         outputs = plan.micro_batch * (plan.seq_len or model.transformer.seq_len) * model.transformer.vocab * 4
+    if m.comm == "pp" and model.transformer is not None:  # the same samples as ranks data-parallel micro-batches
+        arch = model.transformer
+        block_io = (ranks * plan.micro_batch * (plan.seq_len or arch.seq_len) * arch.hidden
+                    * (4 if plan.precision == "fp32" else 2) * (1 if ranks == 2 else 2))
     if m.comm == "tp" and model.transformer is not None:
         # for as many samples as the data-parallel rows take per step: one micro-batch per rank, each through all
         arch = model.transformer
@@ -111,7 +117,20 @@ def _row(model: ModelSpec, m: MethodModel, hw: Hardware, plan: memory.Plan, fram
         row.unusable = "one machine only"
     elif m.sharding.tensor_parallel and (cut := _heads_cut(model, ranks)):
         row.usable, row.unusable = False, cut
+    elif m.sharding.pipeline and (short := _too_few_blocks(model, ranks)):
+        row.usable, row.unusable = False, short
+    if m.sharding.pipeline and ranks > 1:
+        row.bubble = memory.bubble_fraction(ranks, memory.pipeline_chunks(ranks))
     return row
+
+
+def _too_few_blocks(model: ModelSpec, ranks: int) -> str | None:
+    """Why pipeline parallelism cannot cut this model into ``ranks`` stages, or None."""
+    if model.transformer is None:
+        return "no blocks known for this model (a preset or --model hf:CONFIG has them)"
+    if model.transformer.layers < ranks:
+        return f"its {model.transformer.layers} blocks are fewer than {ranks} stages"
+    return None
 
 
 def _heads_cut(model: ModelSpec, ranks: int) -> str | None:
@@ -147,12 +166,15 @@ def _key(row: Row, hw: Hardware, order: int, speed: float | None = None) -> tupl
     one_first = hw.world == 1 and row.model.spec != "single"
     if speed is None:
         speed = (row.measured or {}).get("speedup", 0.0)
-    return (not measured, -speed, single_last, one_first, round(row.comm_s, 9), not row.model.runnable, order)
+    # advise has no compute-time model, so a pipeline's bubble, idle compute, cannot be weighed against link time:
+    # a method without one goes first, and a measured run (compare) decides between them.
+    return (not measured, -speed, single_last, one_first, row.bubble > 0, round(row.comm_s, 9),
+            not row.model.runnable, order)
 
 
 KEY_REASONS = {2: "every GPU used before one", 3: "one device before a distributed method on one GPU",
-               4: "less estimated time on the link per step", 5: "a method this paratrain can run",
-               6: "the simpler method"}
+               4: "no pipeline bubble (idle compute advise cannot size)", 5: "less estimated time on the link per step",
+               6: "a method this paratrain can run", 7: "the simpler method"}
 
 
 def _noise(row: Row) -> float:
@@ -192,8 +214,8 @@ def _broken_by(a: Row, b: Row, hw: Hardware) -> str:
     """Which estimate put ``a`` before ``b`` once their measurements tied."""
     ka, kb = _key(a, hw, 0, 0.0), _key(b, hw, 1, 0.0)
     index = next(i for i in range(2, len(ka)) if ka[i] != kb[i])
-    if index == 4:
-        return (f"{KEY_REASONS[4]} ({a.model.spec} ≈{_duration(a.comm_s)}, "
+    if index == 5:
+        return (f"{KEY_REASONS[5]} ({a.model.spec} ≈{_duration(a.comm_s)}, "
                 f"{b.model.spec} ≈{_duration(b.comm_s)} on {hw.link.name})")
     return KEY_REASONS[index]
 

@@ -154,15 +154,19 @@ def _rank_breakdown(steps: dict[int, list[dict[str, Any]]], measured: list[int],
     if basis_time <= 0:
         return None
     med = {k: sum(r["phases"].get(k, 0.0) for r in basis) / basis_time
-           for k in ("data", "forward", "backward", "optimizer")}
+           for k in ("data", "forward", "backward", "bubble", "optimizer")}
     per_step = len(basis) / basis_time  # the profile's figures are per step
     if window and not comm_measured(profile):  # the profiler could not see the method's collectives
         exposed = total = None
     else:
-        exposed = min(profile["comm_exposed_s"] * per_step, med["forward"] + med["backward"]) if window else 0.0
+        # A pipeline stage waits for its peers inside a receive, which the profiler counts as communication: that
+        # wait is the bubble, timed on its own (pp), and only what exceeds it is exposed communication.
+        exposed_raw = profile["comm_exposed_s"] * per_step - med["bubble"] if window else 0.0
+        exposed = min(max(0.0, exposed_raw), med["forward"] + med["backward"])
         total = profile["comm_total_s"] * per_step if window else 0.0
     parts = {"compute_s": med["forward"] + med["backward"] - (exposed or 0.0), "comm_exposed_s": exposed,
-             "comm_total_s": total, "data_s": med["data"], "optimizer_s": med["optimizer"]}
+             "comm_total_s": total, "bubble_s": med["bubble"], "data_s": med["data"],
+             "optimizer_s": med["optimizer"]}
     parts["other_s"] = max(0.0, 1.0 - sum(v or 0.0 for k, v in parts.items() if k != "comm_total_s"))
     out = {k: None if v is None else v * step for k, v in parts.items()}
     out["step_s"] = step
@@ -194,6 +198,7 @@ def _breakdowns(steps: dict[int, list[dict[str, Any]]], measured: list[int], pro
     elif profile is not None:
         out["comm_bytes_per_step"] = profile["comm_bytes_per_step"]
         out["collectives_per_step"] = profile.get("collectives_per_step")
+        out["comm_bytes_by_kind"] = profile.get("comm_bytes_by_kind")
         total = base["comm_total_s"]  # at unprofiled speed
         sent = profile["comm_bytes_per_step"]
         out["bus_gbps"] = sent / total / 1e9 if total > 0 and sent > 0 else None

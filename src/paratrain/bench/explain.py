@@ -8,12 +8,12 @@ from __future__ import annotations
 
 from typing import Any
 
-PARTS = (("compute_s", "compute"), ("comm_exposed_s", "exposed comm"), ("data_s", "data"),
-         ("optimizer_s", "optimizer"), ("other_s", "other"))
+PARTS = (("compute_s", "compute"), ("comm_exposed_s", "exposed comm"), ("bubble_s", "pipeline bubble"),
+         ("data_s", "data"), ("optimizer_s", "optimizer"), ("other_s", "other"))
 NOT_MEASURED = "not measured"
 BOUND_SHARE = 0.25  # exposed communication above this share of a step is what a cell is up against
 OPS = {"all_reduce": "all-reduce", "all_gather": "all-gather", "reduce_scatter": "reduce-scatter",
-       "broadcast": "broadcast"}
+       "broadcast": "broadcast", "send": "send/recv"}
 
 
 def _ms(seconds: float | None) -> str:
@@ -29,7 +29,8 @@ def breakdown_markdown(results: dict[str, Any]) -> list[str]:
     cells = _cells(results)
     if not cells:
         return ["No cell recorded a breakdown (runs too short to profile, or results from an older paratrain)."]
-    head = ["cell", "step ms", *(label for _, label in PARTS), "overlapped comm", "MB sent/step", "bus GB/s"]
+    head = ["cell", "step ms", *(label for _, label in PARTS), "overlapped comm", "MB sent/step", "by kind",
+            "bus GB/s"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for c in cells:
         b = c["breakdown"]
@@ -39,16 +40,24 @@ def breakdown_markdown(results: dict[str, Any]) -> list[str]:
         parts = [NOT_MEASURED if unseen and k == "comm_exposed_s" else _ms(b.get(k)) for k, _ in PARTS]
         rows.append("| " + " | ".join([
             c["key"], _ms(b["step_s"]), *parts, _ms(overlapped),
-            "—" if sent is None else f"{sent / 1e6:.2f}",
+            "—" if sent is None else f"{sent / 1e6:.2f}", _by_kind(c),
             "—" if c.get("bus_gbps") is None else f"{c['bus_gbps']:.2f}"]) + " |")
     notes = ["Measured with the torch profiler over 3 steps after warm-up (left out of the throughput), as fractions "
              "applied to the median unprofiled step; rank 0 shown (the slowest rank's split is in results.json). "
-             "Exposed communication is time the main thread waited for a collective; overlapped ran during compute."]
+             "Exposed communication is time the main thread waited for a collective; overlapped ran during compute. "
+             "The pipeline bubble (pp) is the time a stage waited for its neighbours inside the schedule, timed "
+             "around the stage's own forward and backward."]
     if any(not comm_measured(c) for c in cells):
         notes.append(f"{NOT_MEASURED}: the torch profiler does not see Horovod's collectives (they run in Horovod's "
                      "own background thread), so its communication is unknown — not zero; the time spent waiting for "
                      "it is counted in the other parts.")
     return [*rows, "", *notes]
+
+
+def _by_kind(cell: dict[str, Any]) -> str:
+    """"all-reduce 1.20, send/recv 0.40": the megabytes each kind of collective sent per step."""
+    kinds = cell.get("comm_bytes_by_kind") or {}
+    return ", ".join(f"{OPS.get(k, k)} {v / 1e6:.2f}" for k, v in sorted(kinds.items(), key=lambda kv: -kv[1])) or "—"
 
 
 def comm_measured(cell: dict[str, Any]) -> bool:

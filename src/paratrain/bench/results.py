@@ -51,6 +51,7 @@ class CellResult:
     comm_bytes_per_step: int | None = None
     bus_gbps: float | None = None
     collectives_per_step: dict[str, float] | None = None
+    comm_bytes_by_kind: dict[str, int] | None = None  # bytes this rank sent per step, by collective (all_reduce, send…)
     comm_share: float | None = None
     # memory and model
     peak_mem_bytes: list[int | None] = field(default_factory=list)

@@ -34,6 +34,7 @@ class Method(str, enum.Enum):
     FSDP = "fsdp"
     TP = "tp"
     FSDP_TP = "fsdp+tp"
+    PP = "pp"
     DEEPSPEED = "deepspeed"
     HOROVOD = "horovod"
     MIRRORED = "mirrored"
@@ -373,6 +374,11 @@ class Strategy(MethodSpec):
         state = get_model_state_dict(self.unwrap(model), options=StateDictOptions(full_state_dict=True))
         return cast("dict[str, torch.Tensor]", state)  # full_state_dict: plain tensors, never DTensor shards
 
+    def model_keys(self, local: list[str]) -> set[str]:
+        """The model's state dict keys over every rank, from this rank's: the same under every method but one that
+        cuts the model into parts that different ranks hold (pp), where it is a collective."""
+        return set(local)
+
     def teardown(self) -> None:
         """Leave the process group. Must be safe to call twice."""
 
@@ -381,6 +387,16 @@ class BackwardSyncControl:
     """Mixin for methods that can skip gradient synchronisation during accumulation micro-batches."""
 
     def set_grad_sync(self, model: torch.nn.Module, enabled: bool) -> None:
+        raise NotImplementedError
+
+
+class ScheduledStep:
+    """Mixin for methods whose model the script cannot call to train (pipeline parallel: no rank holds the whole
+    model): the method runs forward, loss and backward of a micro-batch itself, through ``Session.train_step``."""
+
+    def forward_backward(self, model: torch.nn.Module, inputs: tuple, targets: torch.Tensor, loss_fn: Any,
+                         weight: float) -> tuple[torch.Tensor, dict[str, float]]:
+        """The micro-batch's loss (on every rank) and the seconds of each phase (forward, backward, bubble)."""
         raise NotImplementedError
 
 

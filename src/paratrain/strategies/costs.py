@@ -34,6 +34,9 @@ class Sharding:
     # everything else whole on each, and the activations inside the split divided too; every rank reads the whole
     # batch (the ranks are one replica)
     tensor_parallel: bool = False
+    # Pipeline parallel ("1f1b" or "gpipe": the schedule): consecutive blocks on each rank, the embeddings on the
+    # first and the output layer on the last; a batch streamed through in micro-batches (advise.memory.pipeline_memory)
+    pipeline: str = ""
 
 
 # DeepSpeed's reduce_bucket_size default, in elements. paratrain's DeepSpeed config lowers it to the model's size

@@ -80,10 +80,12 @@ class TinyGPT(nn.Module):
         self.ln, self.head = nn.LayerNorm(dim), nn.Linear(dim, vocab)
 
     def forward(self, idx: torch.Tensor) -> torch.Tensor:
-        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device))
+        # Under --strategy pp a stage holds some blocks and not the parts other stages hold, which are None there:
+        # the stages after the first take hidden states in, those before the last hand them out.
+        x = self.tok(idx) + self.pos(torch.arange(idx.shape[1], device=idx.device)) if self.tok is not None else idx
         for block in self.blocks:
             x = block(x)
-        return self.head(self.ln(x))
+        return self.head(self.ln(x)) if self.head is not None else x
 
 
 def _loss(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:

@@ -57,12 +57,10 @@ def main(argv: list[str] | None = None) -> None:
     loss = torch.zeros(())
     while session.step_count < steps:
         for x, y in loader:
-            loss = built.loss_fn(model(x), y)
-            session.backward(loss)
-            session.step()
+            loss = session.train_step(x, y, built.loss_fn)  # forward, loss, backward, step: under pp too
             if session.step_count >= steps:
                 break
-    final = float(session.all_reduce(loss.detach(), op="mean"))
+    final = float(session.all_reduce(loss, op="mean"))
     result = evaluate(session, model, built)
     metrics.log(final_loss=final, **result)
     session.print(f"{workload.slug} {session.strategy}×{session.world_size}: loss {final:.4f} "

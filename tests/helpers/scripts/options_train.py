@@ -5,6 +5,8 @@ shuffles, so --seed decides the data order too. Writes losses, the pre-clip glob
 weights and (optionally) a checkpoint to OUT (main rank).
 
     paratrain run -s ddp -n 2 --precision bf16-mixed --grad-clip 0.5 --seed 3 options_train.py OUT [STEPS]
+
+It trains with ``session.train_step``; ``--explicit`` trains with ``model(x)``, ``session.backward``, ``session.step``.
 """
 
 import json
@@ -20,6 +22,7 @@ import paratrain as pt
 
 def main() -> None:
     out, steps = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 30
+    explicit = "--explicit" in sys.argv
     session = pt.Session()
     model = nn.Sequential(nn.Linear(16, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(), nn.Linear(64, 4))
     gen = torch.Generator().manual_seed(1234)
@@ -31,9 +34,12 @@ def main() -> None:
     losses, norms = [], []
     while session.step_count < steps:
         for xb, yb in loader:
-            loss = nn.functional.cross_entropy(model(xb), yb)
-            session.backward(loss)
-            session.step()
+            if explicit:  # the loop every method but pp runs
+                loss = nn.functional.cross_entropy(model(xb), yb)
+                session.backward(loss)
+                session.step()
+            else:
+                loss = session.train_step(xb, yb, nn.functional.cross_entropy)
             losses.append(float(session.all_reduce(loss.detach(), op="mean")))
             norms.append(session.grad_norm)
             if session.step_count >= steps:
