@@ -1,13 +1,14 @@
-"""Hand-written DDP (or DeepSpeed, with --zero N; Horovod, with --horovod; tensor parallel, with --tp) on a bundled
-workload's model and data: the baselines of benchmarks/overhead.py.
+"""Hand-written DDP (or DeepSpeed, with --zero N; Horovod, with --horovod; tensor parallel, with --tp; pipeline
+parallel, with --pp) on a bundled workload's model and data: the baselines of benchmarks/overhead.py.
 
     torchrun --standalone --nproc-per-node 2 benchmarks/handwritten_ddp.py --workload mlp --steps 200 --out t.json
     DS_ACCELERATOR=cpu torchrun --standalone --nproc-per-node 2 benchmarks/handwritten_ddp.py --zero 2 --out t.json
     horovodrun -np 2 -H localhost:2 --gloo python benchmarks/handwritten_ddp.py --horovod --out t.json
     torchrun --standalone --nproc-per-node 2 benchmarks/handwritten_ddp.py --tp --workload gpt --out t.json
+    torchrun --standalone --nproc-per-node 2 benchmarks/handwritten_ddp.py --pp --workload gpt --out t.json
 
 Only the model and data come from paratrain.workloads; the loop is the idiomatic one (DistributedSampler,
-per-rank batch = global batch / world size; under --tp every rank reads the whole batch). Rank 0
+per-rank batch = global batch / world size; under --tp and --pp every rank reads the whole batch). Rank 0
 writes the wall time at which its first step ended and every step's duration (end of step to end of step).
 """
 
@@ -33,6 +34,7 @@ def main() -> None:
     p.add_argument("--zero", type=int, default=None, help="DeepSpeed ZeRO stage instead of DDP (the seed's snippet)")
     p.add_argument("--horovod", action="store_true", help="Horovod instead of DDP (the seed's snippet)")
     p.add_argument("--tp", action="store_true", help="tensor parallel by the model's tp_plan (PyTorch's DTensor)")
+    p.add_argument("--pp", action="store_true", help="pipeline parallel, Schedule1F1B (gpt: blocks cut by hand)")
     args = p.parse_args()
     use_cuda = torch.cuda.is_available()
     if args.horovod:
@@ -65,6 +67,31 @@ def main() -> None:
                                    {name: styles[style]() for name, style in plan.items()})
         optimizer = torch.optim.AdamW(model.parameters(), lr=workload.lr)
         backward, step_fn = (lambda loss: loss.backward()), (lambda: (optimizer.step(), optimizer.zero_grad()))
+    elif args.pp:  # torchtitan's recipe: each rank deletes what it does not hold, then Schedule1F1B
+        from torch import nn
+        from torch.distributed.pipelining import PipelineStage, Schedule1F1B
+
+        model = built.model
+        layers = len(model.blocks)
+        model.blocks = nn.ModuleList(list(model.blocks)[rank * layers // world:(rank + 1) * layers // world])
+        if rank > 0:
+            model.tok = model.pos = None
+        if rank < world - 1:
+            model.ln = model.head = None
+        model.to(device)
+        optimizer = torch.optim.AdamW(model.parameters(), lr=workload.lr)
+        schedule = Schedule1F1B(PipelineStage(model, rank, world, device), n_microbatches=2 * world,
+                                loss_fn=built.loss_fn)
+
+        def pipeline_step(x: torch.Tensor, y: torch.Tensor) -> None:
+            if rank == 0:
+                schedule.step(x)
+            elif rank == world - 1:
+                schedule.step(target=y)
+            else:
+                schedule.step()
+            optimizer.step()
+            optimizer.zero_grad()
     elif args.zero is None:
         model = DDP(built.model.to(device), device_ids=[device.index] if use_cuda else None)
         optimizer = torch.optim.AdamW(model.parameters(), lr=workload.lr)
@@ -77,7 +104,8 @@ def main() -> None:
             "train_micro_batch_size_per_gpu": workload.global_batch // world, "gradient_clipping": 0.0,
             "zero_optimization": {"stage": args.zero}, "steps_per_print": 10**9})
         backward, step_fn = model.backward, model.step
-    replicas, replica = (1, 0) if args.tp else (world, rank)  # tensor parallel: one replica, the whole batch on each
+    # tensor and pipeline parallel: one replica, the whole batch on each rank
+    replicas, replica = (1, 0) if args.tp or args.pp else (world, rank)
     sampler = DistributedSampler(built.train, num_replicas=replicas, rank=replica, shuffle=True, seed=0)
     loader = DataLoader(built.train, batch_size=workload.global_batch // replicas, sampler=sampler)
     times, first_end, step, epoch = [], None, 0, 0
@@ -87,11 +115,16 @@ def main() -> None:
         epoch += 1
         for x, y in loader:
             x, y = x.to(device), y.to(device)
-            loss = built.loss_fn(model(x), y)
-            if last is None:
-                last = time.perf_counter()
-            backward(loss)
-            step_fn()
+            if args.pp:
+                if last is None:
+                    last = time.perf_counter()
+                pipeline_step(x, y)
+            else:
+                loss = built.loss_fn(model(x), y)
+                if last is None:
+                    last = time.perf_counter()
+                backward(loss)
+                step_fn()
             now = time.perf_counter()
             times.append(now - last)
             last = now

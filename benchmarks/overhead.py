@@ -2,6 +2,7 @@
 
     python benchmarks/overhead.py [--steps 200] [--repeats 5] [--workloads mlp,gpt] [--method deepspeed|horovod]
     python benchmarks/overhead.py --method tp --workloads gpt,llama   # tp needs a model with a plan
+    python benchmarks/overhead.py --method pp --workloads gpt         # the hand-written baseline cuts gpt only
 
 For each workload, runs hand-written DDP under torchrun (benchmarks/handwritten_ddp.py) and the same model, data
 and optimizer through `paratrain run --strategy ddp` (the bundled Session script), 2 processes on CPU/gloo,
@@ -27,7 +28,7 @@ WARMUP = 10
 
 ZERO = "2"  # --method deepspeed: ZeRO-2 on both sides
 METHOD = {"ddp": ("ddp", []), "deepspeed": (f"deepspeed:zero_stage={ZERO}", ["--zero", ZERO]),
-          "horovod": ("horovod", ["--horovod"]), "tp": ("tp", ["--tp"])}
+          "horovod": ("horovod", ["--horovod"]), "tp": ("tp", ["--tp"]), "pp": ("pp:1f1b", ["--pp"])}
 LAUNCH = {"horovod": ["-m", "horovod.runner.launch", "-np", "2", "-H", "localhost:2", "--gloo", sys.executable]}
 TORCHRUN = ["-m", "torch.distributed.run", "--standalone", "--nproc-per-node", "2"]
 

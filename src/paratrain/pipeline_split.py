@@ -6,15 +6,14 @@ and Python control flow keep working). The model's blocks (:func:`paratrain.bloc
 ``nn.ModuleList``) are divided into contiguous runs, one per stage; the parameter-holding modules registered before
 the list (embeddings) stay on the first stage only, those after it (final norm, output head) on the last only.
 
-An ``nn.Sequential`` is cut the same way with its own layers as the blocks.
+Which cut, first found:
 
-How a stage runs its part, first found:
-
-1. A Hugging Face decoder (its config has ``base_model_pp_plan``: Llama, Mistral, Qwen2 and the decoders built
-   like them): paratrain runs the base model's parts in its own order: embeddings, rotary positions, the stage's
-   layers, norm and head.
-2. ``model.pp_plan``, a function ``(model, stage, stages) -> nn.Module``: the user's own cut, for anything else.
-3. The model's own ``forward``, which must skip a part that is ``None`` (torchtitan's convention: ``x = self.tok(idx)
+1. ``model.pp_plan``, a function ``(model, stage, stages) -> nn.Module``: the user's own cut.
+2. An ``nn.Sequential``: its layers, in order, are the blocks; the stage keeps its run.
+3. A Hugging Face decoder (its config has ``base_model_pp_plan``: Llama, Mistral, Qwen2 and the decoders built
+   like them): cut as above, and run by paratrain in the base model's own order: embeddings, rotary positions, the
+   stage's layers, norm and head.
+4. The model's own ``forward``, which must skip a part that is ``None`` (torchtitan's convention: ``x = self.tok(idx)
    if self.tok is not None else idx``). The bundled gpt does. A forward that calls a removed part is refused by the
    part's name when the stage first runs.
 """

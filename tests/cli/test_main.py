@@ -44,8 +44,9 @@ def test_doctor_json_reports_every_method_and_backend():
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
     methods = {m["name"]: m for m in report["methods"]}
-    assert list(methods) == ["single", "dp", "ddp", "fsdp", "tp", "fsdp+tp", "deepspeed", "horovod", "mirrored",
-                             "multiworker"]
+    assert list(methods) == ["single", "dp", "ddp", "fsdp", "tp", "fsdp+tp", "pp", "deepspeed", "horovod",
+                             "mirrored", "multiworker"]
+    assert methods["pp"]["status"] == "available" and "pipelining" in methods["pp"]["reason"]
     assert methods["ddp"]["status"] == "available" and "gloo" in methods["ddp"]["reason"]
     assert methods["deepspeed"]["status"] == "available"  # make test installs it
     assert methods["horovod"]["status"] == "available"  # make test builds it (paratrain setup horovod)

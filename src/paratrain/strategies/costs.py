@@ -38,6 +38,11 @@ class Sharding:
     # first and the output layer on the last; a batch streamed through in micro-batches (advise.memory.pipeline_memory)
     pipeline: str = ""
 
+    @property
+    def one_replica(self) -> bool:
+        """Its ranks together hold one copy of the model (tensor or pipeline parallel): each computes the batch."""
+        return self.tensor_parallel or bool(self.pipeline)
+
 
 # DeepSpeed's reduce_bucket_size default, in elements. paratrain's DeepSpeed config lowers it to the model's size
 # (deepspeed_config.size_buckets), so a ZeRO rank holds min(this, Ψ) gradient elements more than its state.
