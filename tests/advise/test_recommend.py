@@ -118,3 +118,35 @@ def test_tensor_parallel_sends_four_all_reduces_of_each_blocks_output_per_micro_
     arch = models.from_preset("llama3-8b").transformer
     block_io = 8 * arch.layers * arch.seq_len * arch.hidden * 4  # 8 micro-batches of 1, fp32
     assert row["comm_bytes_per_step"] == round(4 * block_io * 2 * 7 / 8)
+
+
+def test_a_pipeline_stage_holds_its_blocks_and_the_bubble_ranks_it_after_methods_without_one():
+    from paratrain.advise.methods import get
+
+    spec = models.from_preset("llama-13b")
+    plan = memory.Plan(ranks=8, optimizer="adamw")
+    stage = memory.rank_memory(spec, get("pp:1f1b").sharding, plan)
+    whole = memory.rank_memory(spec, get("ddp").sharding, plan)
+    assert whole.state / 8 < stage.state < whole.state / 7  # 5 of 40 blocks, and the embeddings
+    assert stage.activations < memory.rank_memory(spec, get("pp:gpipe").sharding, plan).activations
+    assert memory.bubble_fraction(2, 4) == 0.2 and memory.bubble_fraction(8, 16) == 7 / 23
+    result = _advise_preset("llama-13b", gpus=8, mem=80)
+    pp = _row(result, "pp:1f1b")
+    assert pp["fits"] and pp["usable"] and pp["bubble"] == 7 / 23
+    assert pp["comm_bytes_per_step"] < _row(result, "fsdp")["comm_bytes_per_step"] / 10  # point to point only
+    ranked = result["recommendation"]
+    assert ranked.index("pp:1f1b") > max(ranked.index(m) for m in ("fsdp", "deepspeed:zero3"))
+    assert not _row(_advise_preset("gpt2", gpus=16, mem=80), "pp:1f1b")["usable"]  # 12 blocks, 16 stages
+
+
+def test_fsdp_with_tensor_parallel_shards_the_tp_slices_across_the_groups():
+    from paratrain.advise.methods import get
+
+    spec = models.from_preset("llama3-8b")
+    plan = memory.Plan(ranks=8, optimizer="adamw")
+    pairs = memory.rank_memory(spec, get("fsdp+tp").sharding, plan)
+    tp2 = memory.rank_memory(spec, get("tp").sharding, memory.Plan(ranks=2, optimizer="adamw"))
+    assert pairs.state == sum(-(-x // 4) for x in (tp2.params, tp2.grads, tp2.optimizer))  # 4 groups of 2
+    assert pairs.activations == tp2.activations and pairs.buffers > 0  # tp's slices, one gathered block
+    row = _row(_advise_preset("llama3-8b", gpus=4, mem=80), "fsdp+tp:tp=8")
+    assert not row["usable"] and "groups of 8" in row["unusable_because"]

@@ -145,7 +145,11 @@ DOCUMENTED = [
     (["--model", "llama-70b", "--gpus", "8", "--gpu-mem", "80", "--precision", "bf16-mixed"],
      [("fsdp", "activations")]),
     (["--model", "llama-13b", "--gpus", "8", "--gpu-mem", "80", "--interconnect", "nvlink", "--seq-len", "4096",
-      "--micro-batch", "4", "--precision", "bf16-mixed", "--checkpointing"], [("tp", "total"), ("fsdp", "total")]),
+      "--micro-batch", "4", "--precision", "bf16-mixed", "--checkpointing"],
+     [("tp", "total"), ("fsdp", "total"), ("fsdp+tp", "total"), ("pp:1f1b", "total")]),
+    (["--model", "llama-70b", "--gpus", "8", "--gpu-mem", "80", "--nodes", "4", "--interconnect", "infiniband",
+      "--seq-len", "4096", "--micro-batch", "1", "--precision", "bf16-mixed", "--checkpointing"],
+     [("fsdp", "total"), ("fsdp+tp", "total")]),
 ]
 
 

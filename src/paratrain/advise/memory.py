@@ -178,6 +178,19 @@ def tensor_parallel_memory(model: ModelSpec, plan: Plan) -> RankMemory:
     return out
 
 
+def fsdp_tp_memory(model: ModelSpec, plan: Plan, tp: int) -> RankMemory:
+    """FSDP + TP: tensor parallelism within groups of ``tp`` ranks (:func:`tensor_parallel_memory` at ``tp``), and the
+    groups' slices sharded by FSDP across the ``plan.ranks / tp`` groups, each block gathered while it computes
+    (FSDP_UNITS_HELD of them, each a tp slice)."""
+    rows = max(1, plan.ranks // tp)
+    out = tensor_parallel_memory(model, replace(plan, ranks=tp))
+    out.params, out.grads, out.optimizer = (math.ceil(x / rows) for x in (out.params, out.grads, out.optimizer))
+    if rows > 1:
+        p_b, _, _ = element_bytes(plan.precision, plan.optimizer)
+        out.buffers += round(FSDP_UNITS_HELD * _largest_unit(model) / tp * p_b)
+    return out
+
+
 def pipeline_chunks(stages: int) -> int:
     """Micro-batches per batch under paratrain's pp by default (PipelineOptions.chunks): twice the stages."""
     return 2 * stages
@@ -227,6 +240,8 @@ def pipeline_memory(model: ModelSpec, plan: Plan, schedule: str) -> RankMemory:
 
 def rank_memory(model: ModelSpec, sharding: Sharding, plan: Plan, rank: int = 0) -> RankMemory:
     """The bytes rank ``rank`` holds under one method. Rank 0 holds the largest piece of every shard."""
+    if sharding.tensor_parallel and sharding.tp_size:
+        return fsdp_tp_memory(model, plan, sharding.tp_size)
     if sharding.tensor_parallel:
         return tensor_parallel_memory(model, plan)
     if sharding.pipeline:

@@ -44,6 +44,8 @@ class MethodModel:
     def layout(self) -> tuple[str, str]:
         """(replicated, sharded) in words, for the table."""
         s = self.sharding
+        if s.tensor_parallel and s.tp_size:
+            return "—", f"the blocks' matrices over groups of {s.tp_size}, then everything across the groups"
         if s.tensor_parallel:
             return "embeddings, norms, output layer", "the blocks' matrices (params, grads, optimizer)"
         if s.pipeline:
@@ -58,6 +60,8 @@ class MethodModel:
     def short_layout(self) -> str:
         """What is sharded, in letters for a narrow table: ``p+g+o``, ``g+o``."""
         s = self.sharding
+        if s.tensor_parallel and s.tp_size:
+            return "blocks+p+g+o"
         if s.tensor_parallel:
             return "blocks"
         if s.pipeline:

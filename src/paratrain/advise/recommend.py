@@ -94,12 +94,21 @@ def _row(model: ModelSpec, m: MethodModel, hw: Hardware, plan: memory.Plan, fram
         arch = model.transformer
         block_io = (ranks * plan.micro_batch * (plan.seq_len or arch.seq_len) * arch.hidden
                     * (4 if plan.precision == "fp32" else 2) * (1 if ranks == 2 else 2))
+    if m.comm == "fsdp_tp" and model.transformer is not None:  # each pair/group: its micro-batches' all-reduces
+        arch, tp = model.transformer, m.sharding.tp_size
+        block_io = (tp * arch.layers * plan.micro_batch * (plan.seq_len or arch.seq_len) * arch.hidden
+                    * (4 if plan.precision == "fp32" else 2))
     if m.comm == "tp" and model.transformer is not None:
         # for as many samples as the data-parallel rows take per step: one micro-batch per rank, each through all
         arch = model.transformer
         block_io = (ranks * arch.layers * plan.micro_batch * (plan.seq_len or arch.seq_len) * arch.hidden
                     * (4 if plan.precision == "fp32" else 2))
-    link_bytes = comm.step_bytes(m.comm, model.params, ranks, p_b, g_b, outputs, block_io)
+    if m.comm == "fsdp_tp":  # tp's all-reduces within a group, and FSDP's over the groups, of a group's slices
+        tp = m.sharding.tp_size
+        link_bytes = (comm.step_bytes("tp", 0, tp, p_b, g_b, 0, block_io)
+                      + comm.step_bytes("shard_all", model.params // tp, max(1, ranks // tp), p_b, g_b))
+    else:
+        link_bytes = comm.step_bytes(m.comm, model.params, ranks, p_b, g_b, outputs, block_io)
     host = comm.host_bytes(m.sharding.offload, model.params, ranks, p_b, g_b)
     runs = registry.info(m.method).runs(framework)  # horovod runs Keras scripts too
     usable = runs and (hw.nodes == 1 or m.multi_node)
@@ -109,13 +118,15 @@ def _row(model: ModelSpec, m: MethodModel, hw: Hardware, plan: memory.Plan, fram
     row.fits = not row.misfit
     if row.misfit_where == "host":
         row.notes.append(row.misfit)
-    if m.comm == "tp":
+    if m.comm in ("tp", "pp"):
         row.notes.append(f"communication for {ranks} micro-batches (the samples a data-parallel step takes)")
     if not runs:
         row.unusable = f"a {m.framework} method (planning for {framework}: --framework {m.framework})"
     elif not usable:
         row.unusable = "one machine only"
-    elif m.sharding.tensor_parallel and (cut := _heads_cut(model, ranks)):
+    elif m.sharding.tp_size and (ranks % m.sharding.tp_size or hw.gpus % m.sharding.tp_size):
+        row.usable, row.unusable = False, f"needs GPUs per node in groups of {m.sharding.tp_size}"
+    elif m.sharding.tensor_parallel and (cut := _heads_cut(model, m.sharding.tp_size or ranks)):
         row.usable, row.unusable = False, cut
     elif m.sharding.pipeline and (short := _too_few_blocks(model, ranks)):
         row.usable, row.unusable = False, short

@@ -79,7 +79,7 @@ def predict(spec: str, nproc: int, *, workload: Any, width: int | None, depth: i
     method = next((m for m in all_methods() if m.spec == canonical), None)
     if method is None or (precision or "fp32") not in memory.PRECISIONS:
         return None
-    replicas = 1 if method.sharding.one_replica else nproc  # tensor and pipeline parallel: each computes the batch
+    replicas = method.sharding.replicas(nproc)  # tensor and pipeline parallel: every rank computes the batch
     micro = workload.global_batch if weak else math.ceil(workload.global_batch / replicas)
     plan = memory.Plan(ranks=nproc, micro_batch=micro, seq_len=workload.tokens_per_sample,
                        precision=precision or "fp32", checkpointing=checkpointing,

@@ -37,11 +37,16 @@ class Sharding:
     # Pipeline parallel ("1f1b" or "gpipe": the schedule): consecutive blocks on each rank, the embeddings on the
     # first and the output layer on the last; a batch streamed through in micro-batches (advise.memory.pipeline_memory)
     pipeline: str = ""
+    # FSDP + TP: tensor parallel within groups of this many ranks (one replica each), and params/grads/optimizer
+    # sharded by FSDP across the groups; 0: tensor parallel over every rank
+    tp_size: int = 0
 
-    @property
-    def one_replica(self) -> bool:
-        """Its ranks together hold one copy of the model (tensor or pipeline parallel): each computes the batch."""
-        return self.tensor_parallel or bool(self.pipeline)
+    def replicas(self, ranks: int) -> int:
+        """How many copies of the model read different batches: one under tensor or pipeline parallelism (every rank
+        computes the whole batch), one per group under FSDP + TP, every rank otherwise."""
+        if self.tensor_parallel and self.tp_size:
+            return max(1, ranks // self.tp_size)
+        return 1 if self.tensor_parallel or self.pipeline else ranks
 
 
 # DeepSpeed's reduce_bucket_size default, in elements. paratrain's DeepSpeed config lowers it to the model's size
