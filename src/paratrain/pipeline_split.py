@@ -23,6 +23,7 @@ from __future__ import annotations
 import sys
 import types
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import torch
 from torch import nn
@@ -123,7 +124,11 @@ def _hf_stage_forward(model: nn.Module, first: bool, last: bool) -> Callable[...
     base = model.base_model
     create_mask = getattr(sys.modules[type(base).__module__], "create_causal_mask", None)
 
-    def forward(self: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    def forward(self: nn.Module, x: torch.Tensor, *more: Any, **named: Any) -> torch.Tensor:
+        if more or any(v is not None for v in named.values()):
+            raise ConfigError("--strategy pp runs a Hugging Face decoder on token ids alone: only one tensor passes "
+                              "between stages, so a padding mask (attention_mask) or other inputs cannot reach them",
+                              hint="train on unpadded (packed) sequences under pp, or use fsdp or tp")
         hidden = base.embed_tokens(x) if first else x
         positions = torch.arange(hidden.shape[1], device=hidden.device).unsqueeze(0)
         mask = create_mask(config=base.config, inputs_embeds=hidden, attention_mask=None, cache=None,

@@ -119,3 +119,11 @@ def test_models_it_cannot_cut_are_refused_by_name():
 def test_blocks_are_divided_evenly_with_the_extra_ones_first():
     assert pipeline_split.ranges(5, 2) == [range(0, 3), range(3, 5)]
     assert pipeline_split.ranges(4, 3) == [range(0, 2), range(2, 3), range(3, 4)]
+
+
+def test_a_padding_mask_for_a_hugging_face_decoder_is_refused_in_one_line():
+    stage, _ = pipeline_split.stage_module(get("llama").build().model, 0, 1)
+    ids = torch.zeros(2, 8, dtype=torch.long)
+    with pytest.raises(ConfigError, match=r"only one tensor passes between stages, so a padding mask"):
+        stage(ids, torch.ones(2, 8))
+    assert stage(ids).shape[:2] == (2, 8)  # token ids alone: the logits

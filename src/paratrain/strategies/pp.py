@@ -30,6 +30,7 @@ from paratrain import precision as amp
 from paratrain.errors import ConfigError
 from paratrain.model_facts import param_count
 from paratrain.strategies import _procgroup
+from paratrain.strategies._one_replica import OneReplica
 from paratrain.strategies.base import Availability, Method, ScheduledStep, Strategy, StrategyOptions
 
 TRAIN_STEP_HINT = ("train with `loss = session.train_step(x, y, loss_fn)`, which runs forward, loss and backward "
@@ -69,14 +70,13 @@ class PipelineModel(nn.Module):
         return self._strategy.evaluate(args)
 
 
-class PipelineStrategy(Strategy, ScheduledStep):
+class PipelineStrategy(OneReplica, Strategy, ScheduledStep):
     method = Method.PP
     options_type = PipelineOptions
     supported_precision = frozenset({"fp32", "bf16-mixed"})
     native_precision = frozenset({"fp32", "bf16-mixed"})  # each stage runs its autocast itself (wrap)
     compilable = False
     clips_gradients = True  # the norm is over every stage's gradients, not this stage's alone
-    _group: Any = None
     _stage: nn.Module | None = None
     _removed: list[str]
     _norm: float | None = None
@@ -95,21 +95,9 @@ class PipelineStrategy(Strategy, ScheduledStep):
 
     def setup(self) -> None:
         self.device = _procgroup.join(self.env, str(self.method))
-        self._group, _ = dist.new_subgroups(group_size=1)  # every rank is its replica's only data-parallel rank
+        self.join_one_replica()  # one replica over all ranks: each reads the whole batch
         self._schedules: dict[tuple, Any] = {}
         self._times = {"forward": 0.0, "backward": 0.0}
-
-    @property
-    def data_parallel_rank(self) -> int:
-        return 0
-
-    @property
-    def data_parallel_size(self) -> int:
-        return 1
-
-    @property
-    def data_parallel_group(self) -> Any:
-        return self._group
 
     @property
     def last(self) -> int:

@@ -26,6 +26,7 @@ from torch import nn
 
 from paratrain.errors import ConfigError
 from paratrain.strategies import _procgroup
+from paratrain.strategies._one_replica import OneReplica
 from paratrain.strategies.base import Availability, Method, Strategy
 from paratrain.strategies.fsdp import rebind_optimizer
 
@@ -135,12 +136,11 @@ def split(model: nn.Module, mesh: Any, device: Any) -> dict[int, str]:
     return names
 
 
-class TensorParallelStrategy(Strategy):
+class TensorParallelStrategy(OneReplica, Strategy):
     method = Method.TP
     supported_precision = frozenset({"fp32", "bf16-mixed"})
     compilable = False
     _mesh: Any = None
-    _group: Any = None
 
     @classmethod
     def available(cls) -> Availability:
@@ -158,20 +158,7 @@ class TensorParallelStrategy(Strategy):
 
         self.device = _procgroup.join(self.env, str(self.method))
         self._mesh = init_device_mesh(self.device.type, (dist.get_world_size(),), mesh_dim_names=("tp",))
-        self._group, _ = dist.new_subgroups(group_size=1)  # every rank calls it: each rank is its replica's only one
-
-    # One replica over all ranks: each reads the whole batch, and the Session's reductions are over this rank alone.
-    @property
-    def data_parallel_rank(self) -> int:
-        return 0
-
-    @property
-    def data_parallel_size(self) -> int:
-        return 1
-
-    @property
-    def data_parallel_group(self) -> Any:
-        return self._group
+        self.join_one_replica()  # one replica over all ranks: each reads the whole batch
 
     def wrap(self, model, optimizer):
         names = split(model, self._mesh, self.device)
