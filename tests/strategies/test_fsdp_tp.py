@@ -31,3 +31,10 @@ def test_the_handwritten_2d_script_runs_unchanged_with_the_one_process_result(tm
     check(paratrain("run", "-s", "fsdp+tp", "-n", "4", str(EXAMPLES / "handwritten" / "fsdp_tp.py"), "--steps",
                     "200", "--out", str(tmp_path)))
     assert_equivalent(reference("sgd"), tmp_path)
+
+
+def test_the_whole_state_dict_is_gathered_without_dtensors_note_on_every_rank():
+    """DTensor logs that unsharding a 2-D placement takes "2 sequential all_gather operations": true, and no news to
+    a user who asked for the whole model once (examples/session_train.py does, at its end)."""
+    proc = check(paratrain("run", "-s", "fsdp+tp", "-n", "2", str(SESSION_TRAIN), "--steps", "3"))
+    assert "sequential" not in proc.stderr, proc.stderr

@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+import torch
+
 from paratrain.blocks import transformer_blocks
 from paratrain.errors import ConfigError
 from paratrain.strategies import _procgroup
@@ -79,6 +81,19 @@ class FSDPTPStrategy(Strategy, BackwardSyncControl):
         if optimizer is not None:
             rebind_optimizer(optimizer, names, dict(model.named_parameters()))
         return model, optimizer
+
+    def full_model_state_dict(self, model: torch.nn.Module) -> dict[str, torch.Tensor]:
+        """The base's gather, without DTensor's note that unsharding a 2-D placement takes "2 sequential all_gather
+        operations" on every rank: true, harmless for a whole-model copy taken once, and the result is exact."""
+        import logging
+
+        quiet = logging.getLogger("torch.distributed.tensor._redistribute")
+        level = quiet.level
+        quiet.setLevel(logging.ERROR)
+        try:
+            return super().full_model_state_dict(model)
+        finally:
+            quiet.setLevel(level)
 
     def set_grad_sync(self, model, enabled: bool) -> None:
         model.set_requires_gradient_sync(enabled)

@@ -73,6 +73,7 @@ class PipelineModel(nn.Module):
 class PipelineStrategy(OneReplica, Strategy, ScheduledStep):
     method = Method.PP
     options_type = PipelineOptions
+    options: PipelineOptions
     supported_precision = frozenset({"fp32", "bf16-mixed"})
     native_precision = frozenset({"fp32", "bf16-mixed"})  # each stage runs its autocast itself (wrap)
     compilable = False
@@ -130,7 +131,7 @@ class PipelineStrategy(OneReplica, Strategy, ScheduledStep):
     def chunks_for(self, batch: int) -> int:
         """Micro-batches for a batch of ``batch`` samples: the option (twice the stages by default), or the largest
         number below it that divides the batch: the schedule's micro-batches must all have the same shape."""
-        want = min(self.options.chunks or 2 * self.world_size, batch)  # type: ignore[attr-defined]
+        want = min(self.options.chunks or 2 * self.world_size, batch)
         return next(n for n in range(want, 0, -1) if batch % n == 0)
 
     def _schedule(self, chunks: int, inputs: tuple, targets: torch.Tensor) -> Any:
@@ -144,7 +145,7 @@ class PipelineStrategy(OneReplica, Strategy, ScheduledStep):
             stage = PipelineStage(self._stage, self.rank, self.world_size, self.device)
             self._time(stage, "forward_one_chunk", "forward")
             self._time(stage, "backward_one_chunk", "backward")
-            one_f_one_b = self.options.schedule == "1f1b" and chunks >= self.world_size  # type: ignore[attr-defined]
+            one_f_one_b = self.options.schedule == "1f1b" and chunks >= self.world_size
             cls = Schedule1F1B if one_f_one_b else ScheduleGPipe  # 1F1B needs a micro-batch per stage at least
             # scale_grads=False: the losses carry their weights. The schedule's own division would fall on every
             # gradient the stage holds, those of earlier micro-batches of a gradient accumulation too.
