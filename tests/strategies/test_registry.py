@@ -9,8 +9,8 @@ from paratrain.strategies.fsdp import FSDPOptions, FSDPStrategy
 
 
 def test_every_design_name_is_registered():
-    assert registry.names() == ["single", "dp", "ddp", "fsdp", "tp", "fsdp+tp", "deepspeed", "horovod", "mirrored",
-                                "multiworker"]
+    assert registry.names() == ["single", "dp", "ddp", "fsdp", "tp", "fsdp+tp", "pp", "deepspeed", "horovod",
+                                "mirrored", "multiworker"]
 
 
 def test_spec_with_options_and_shorthands():
