@@ -151,9 +151,37 @@ def _check_untied(model: nn.Module) -> None:
                           hint="set config.tie_word_embeddings = False before building the model, or use fsdp")
 
 
+def _tied(model: nn.Module) -> list[list[str]]:
+    """The names of each parameter that several modules share (an output head tied to the embedding)."""
+    names: dict[int, list[str]] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(param), []).append(name)
+    return [group for group in names.values() if len(group) > 1]
+
+
+def _check_ties_kept(model: nn.Module, stage_model: nn.Module, tied: list[list[str]], stage: int) -> None:
+    """A stage must hold every use of a shared parameter or none: split over two stages, each would train its own
+    copy, a different model than one process trains, and nothing would say so."""
+    kept = {name for name, _ in stage_model.named_parameters(remove_duplicate=False)}
+    for group in tied:
+        inside = [name for name in group if name in kept]
+        if inside and len(inside) < len(group):
+            outside = next(name for name in group if name not in kept)
+            raise ConfigError(f"--strategy pp cannot cut {type(model).__name__}: {inside[0]} and {outside} are one "
+                              f"tensor (tied), and stage {stage} would hold only one of them",
+                              hint="untie them before building the model, or use fsdp")
+
+
 def stage_module(model: nn.Module, stage: int, stages: int) -> tuple[nn.Module, list[str]]:
     """This rank's stage of ``model`` (the same object, cut in place, unless the user's plan returns another) and the
     parts it no longer holds."""
+    tied = _tied(model)
+    made, removed = _cut(model, stage, stages)
+    _check_ties_kept(model, made, tied, stage)
+    return made, removed
+
+
+def _cut(model: nn.Module, stage: int, stages: int) -> tuple[nn.Module, list[str]]:
     plan = getattr(model, "pp_plan", None)
     if callable(plan):
         made = plan(model, stage, stages)

@@ -54,7 +54,8 @@ def test_the_bundled_gpt_trains_100_steps_on_the_one_process_curve_under_both_sc
 
 @pytest.mark.multiprocess
 def test_a_hugging_face_llama_over_three_stages_with_an_uneven_last_batch(tmp_path):
-    """4 blocks over 3 stages (2, 1, 1), batches of 10 (5 micro-batches of 2), evaluation through the stages."""
+    """4 blocks over 3 stages (2, 1, 1), batches of 10 (5 micro-batches of 2), evaluation through the stages; built
+    inside session.init_module(), so the stages receive their parts (rotary tables included) from rank 0."""
     out = tmp_path / "pp"
     check(paratrain("run", "-s", "pp", "-n", "3", str(CASES), str(out), "llama", timeout=300))
     single = tmp_path / "single"
@@ -127,3 +128,21 @@ def test_a_padding_mask_for_a_hugging_face_decoder_is_refused_in_one_line():
     with pytest.raises(ConfigError, match=r"only one tensor passes between stages, so a padding mask"):
         stage(ids, torch.ones(2, 8))
     assert stage(ids).shape[:2] == (2, 8)  # token ids alone: the logits
+
+
+def test_a_weight_two_stages_would_share_is_refused_by_name():
+    """An output head tied to the embedding by hand: each stage would train its own copy."""
+    class Tied(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(16, 8)
+            self.blocks = nn.ModuleList(nn.Linear(8, 8) for _ in range(2))
+            self.head = nn.Linear(8, 16, bias=False)
+            self.head.weight = self.embed.weight
+
+    for stage in (0, 1):
+        with pytest.raises(ConfigError, match=r"(embed\.weight and head\.weight|head\.weight and embed\.weight) "
+                                              r"are one tensor \(tied\)"):
+            pipeline_split.stage_module(Tied(), stage, 2)
+    whole, _ = pipeline_split.stage_module(Tied(), 0, 1)  # one stage holds both uses
+    assert whole.head.weight is whole.embed.weight

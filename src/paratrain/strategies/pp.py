@@ -104,25 +104,57 @@ class PipelineStrategy(OneReplica, Strategy, ScheduledStep):
     def last(self) -> int:
         return self.world_size - 1
 
+    def init_context(self):
+        return self.deferred_shapes()  # wrap() hands each stage its part of rank 0's model
+
     def wrap(self, model, optimizer):
-        model.to(self.device)
-        for tensor in [*model.parameters(), *model.buffers()]:
-            dist.broadcast(tensor.data, src=0)  # every stage starts from the same model, as DDP does
+        if optimizer is not None and optimizer.state:
+            raise ConfigError("the optimizer has already taken steps; pp must cut the model before training",
+                              hint="call session.prepare() before the first optimizer.step()")
+        names = {id(p): n for n, p in model.named_parameters()}
         whole = param_count(model)
-        stage, self._removed = pipeline_split.stage_module(model, self.rank, self.world_size)
-        stage.to(self.device)
+        if self._deferred:
+            stage = self._stage_from_rank0(model)
+        else:
+            model.to(self.device)
+            for tensor in [*model.parameters(), *model.buffers()]:
+                dist.broadcast(tensor.data, src=0)  # every stage starts from the same model, as DDP does
+            stage, self._removed = pipeline_split.stage_module(model, self.rank, self.world_size)
+            stage.to(self.device)
         if optimizer is not None:  # the optimizer steps this stage's parameters; the others are freed
-            if optimizer.state:
-                raise ConfigError("the optimizer has already taken steps; pp must cut the model before training",
-                                  hint="call session.prepare() before the first optimizer.step()")
-            mine = {id(p) for p in stage.parameters()}
+            mine = dict(stage.named_parameters())
             for group in optimizer.param_groups:
-                group["params"] = [p for p in group["params"] if id(p) in mine]
+                group["params"] = [mine[names[id(p)]] for p in group["params"] if names.get(id(p)) in mine]
         checkpointed = bool(self.train is not None and self.train.activation_checkpointing)
         assert self.device is not None  # set by setup()
         amp.apply(stage, self.precision, self.device, cache=not checkpointed)
         self._stage = stage
         return PipelineModel(stage, self, whole), optimizer
+
+    def _stage_from_rank0(self, model: nn.Module) -> nn.Module:
+        """Under ``session.init_module()`` only rank 0 built the model; the others hold its shapes on the meta
+        device. Each of them cuts its stage, makes room for it alone, and receives its tensors (buffers that are not
+        in the state dict too, such as rotary tables) from rank 0, which then keeps its own stage."""
+        assert self.device is not None  # set by setup()
+        mine: list[tuple[str, torch.Tensor]] = []
+        if self.rank != 0:
+            stage, self._removed = pipeline_split.stage_module(model, self.rank, self.world_size)
+            stage.to_empty(device=self.device)
+            mine = [*stage.named_parameters(), *stage.named_buffers()]
+        wanted: list[Any] = [None] * self.world_size
+        dist.all_gather_object(wanted, [name for name, _ in mine])
+        if self.rank == 0:
+            every = dict([*model.named_parameters(), *model.named_buffers()])
+            for peer in range(1, self.world_size):
+                for name in wanted[peer]:
+                    dist.send(every[name].detach().to(self.device).contiguous(), dst=peer)
+            del every
+            stage, self._removed = pipeline_split.stage_module(model, 0, self.world_size)
+            stage.to(self.device)
+        else:
+            for _, tensor in mine:
+                dist.recv(tensor.data, src=0)
+        return stage
 
     def unwrap(self, model: nn.Module) -> nn.Module:
         return model.module if isinstance(model, PipelineModel) else model

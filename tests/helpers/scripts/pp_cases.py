@@ -39,7 +39,7 @@ def main() -> None:
         model, loss_fn = NoSkip(), lambda out, y: nn.functional.cross_entropy(out.flatten(0, 1), y.flatten())
         data = test = TensorDataset(torch.randint(0, 16, (8, 6)), torch.randint(0, 16, (8, 6)))
     else:
-        built = get("llama").build(width=64, depth=4)
+        built = get("llama").build(width=64, depth=4, init=session.init_module)  # pp: only rank 0 builds it whole
         model, loss_fn, data, test = built.model, built.loss_fn, built.train, built.test
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
     loader = DataLoader(data, batch_size=10, shuffle=True)
