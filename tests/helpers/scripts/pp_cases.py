@@ -2,6 +2,7 @@
 
     paratrain run -s pp -n 3 pp_cases.py OUT llama     # a Hugging Face Llama, 4 blocks over 3 stages, batches of 10
     paratrain run -s pp -n 2 pp_cases.py OUT noskip    # a model whose forward calls a part another stage holds
+    paratrain run -s pp -n 2 pp_cases.py OUT memory    # a 100 M gpt built inside init_module: each rank's peak
 """
 
 import json
@@ -32,8 +33,28 @@ class NoSkip(nn.Module):
         return self.head(x)
 
 
+def built_memory(out: str) -> None:
+    """A 100 M parameter gpt built inside init_module and prepared: each rank's RSS high-water mark above its start,
+    against its stage's bytes and the whole model's."""
+    import resource
+
+    session = pt.Session(seed=0)
+    start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    built = get("gpt").build(width=1024, depth=8, init=session.init_module)
+    whole = sum(p.numel() * p.element_size() for p in built.model.parameters())
+    model, _, _ = session.prepare(built.model, torch.optim.SGD(built.model.parameters(), lr=0.1), None)
+    peak = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - start) * 1024
+    stage = sum(p.numel() * p.element_size() for p in model.parameters())
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, f"memory-rank{session.rank}.json"), "w") as fh:
+        json.dump({"peak": peak, "stage": stage, "whole": whole}, fh)
+    session.close()
+
+
 def main() -> None:
     out, case = sys.argv[1], sys.argv[2]
+    if case == "memory":
+        return built_memory(out)
     session = pt.Session(seed=0)
     if case == "noskip":
         model, loss_fn = NoSkip(), lambda out, y: nn.functional.cross_entropy(out.flatten(0, 1), y.flatten())
