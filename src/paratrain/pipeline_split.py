@@ -207,9 +207,3 @@ def missing_part(exc: BaseException, removed: list[str]) -> str | None:
     if isinstance(exc, TypeError) and "NoneType" in str(exc) and removed:
         return ", ".join(removed)
     return None
-
-
-def describe(stages: int, blocks: int) -> str:
-    runs = ranges(blocks, stages)
-    return "; ".join(f"stage {i}: blocks {r.start}-{r.stop - 1}" for i, r in enumerate(runs))
-

@@ -219,6 +219,7 @@ def pipeline_memory(model: ModelSpec, plan: Plan, schedule: str) -> RankMemory:
     blocks = arch.layers * sum(arch.block_matrices())
     outside = max(0, model.params - blocks)  # embeddings, output layer, norms and biases
     embedding = min(outside, arch.vocab * arch.hidden)
+    elem = 4 if plan.precision == "fp32" else 2
     best = RankMemory()
     for stage, layers in ((0, math.ceil(arch.layers / stages)), (stages - 1, arch.layers // stages)):
         last = stage == stages - 1
@@ -229,7 +230,6 @@ def pipeline_memory(model: ModelSpec, plan: Plan, schedule: str) -> RankMemory:
         part = replace(arch, layers=layers, vocab=arch.vocab if last else 0)  # no logits before the last stage
         whole = _activation_bytes(replace(model, transformer=part), plan, out.notes)
         out.activations = None if whole is None else round(whole * in_flight / chunks)
-        elem = 4 if plan.precision == "fp32" else 2
         out.buffers = 2 * math.ceil(plan.micro_batch / chunks) * (plan.seq_len or arch.seq_len) * arch.hidden * elem
         if out.total >= best.total:
             best = out

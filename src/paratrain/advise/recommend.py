@@ -20,7 +20,7 @@ from typing import Any
 from paratrain.advise import comm, memory
 from paratrain.advise.memory import USABLE
 from paratrain.advise.methods import MethodModel, all_methods
-from paratrain.advise.models import ModelSpec
+from paratrain.advise.models import ModelSpec, Transformer
 from paratrain.bench.recommend import NOISE
 from paratrain.strategies import registry
 
@@ -88,21 +88,18 @@ def _row(model: ModelSpec, m: MethodModel, hw: Hardware, plan: memory.Plan, fram
     mem = memory.rank_memory(model, m.sharding, replace(plan, ranks=ranks))
     p_b, g_b, _ = memory.element_bytes(plan.precision, plan.optimizer)
     outputs = block_io = 0
-    if m.comm == "dp" and model.transformer is not None:
-        outputs = plan.micro_batch * (plan.seq_len or model.transformer.seq_len) * model.transformer.vocab * 4
-    if m.comm == "pp" and model.transformer is not None:  # the same samples as ranks data-parallel micro-batches
+    if model.transformer is not None:
         arch = model.transformer
-        block_io = (ranks * plan.micro_batch * (plan.seq_len or arch.seq_len) * arch.hidden
-                    * (4 if plan.precision == "fp32" else 2) * (1 if ranks == 2 else 2))
-    if m.comm == "fsdp_tp" and model.transformer is not None:  # each pair/group: its micro-batches' all-reduces
-        arch, tp = model.transformer, m.sharding.tp_size
-        block_io = (tp * arch.layers * plan.micro_batch * (plan.seq_len or arch.seq_len) * arch.hidden
-                    * (4 if plan.precision == "fp32" else 2))
-    if m.comm == "tp" and model.transformer is not None:
-        # for as many samples as the data-parallel rows take per step: one micro-batch per rank, each through all
-        arch = model.transformer
-        block_io = (ranks * arch.layers * plan.micro_batch * (plan.seq_len or arch.seq_len) * arch.hidden
-                    * (4 if plan.precision == "fp32" else 2))
+        one = _block_output_bytes(arch, plan)
+        if m.comm == "dp":
+            outputs = plan.micro_batch * (plan.seq_len or arch.seq_len) * arch.vocab * 4
+        elif m.comm == "pp":  # the same samples as ranks data-parallel micro-batches; middle stages send both ways
+            block_io = ranks * one * (1 if ranks == 2 else 2)
+        elif m.comm == "fsdp_tp":  # each pair/group: its micro-batches' all-reduces
+            block_io = m.sharding.tp_size * arch.layers * one
+        elif m.comm == "tp":
+            # for as many samples as the data-parallel rows take per step: one micro-batch per rank, each through all
+            block_io = ranks * arch.layers * one
     if m.comm == "fsdp_tp":  # tp's all-reduces within a group, and FSDP's over the groups, of a group's slices
         tp = m.sharding.tp_size
         link_bytes = (comm.step_bytes("tp", 0, tp, p_b, g_b, 0, block_io)
@@ -133,6 +130,11 @@ def _row(model: ModelSpec, m: MethodModel, hw: Hardware, plan: memory.Plan, fram
     if m.sharding.pipeline and ranks > 1:
         row.bubble = memory.bubble_fraction(ranks, memory.pipeline_chunks(ranks))
     return row
+
+
+def _block_output_bytes(arch: Transformer, plan: memory.Plan) -> int:
+    """One micro-batch's output of one block (batch × sequence × hidden), in the precision it travels in."""
+    return plan.micro_batch * (plan.seq_len or arch.seq_len) * arch.hidden * (4 if plan.precision == "fp32" else 2)
 
 
 def _too_few_blocks(model: ModelSpec, ranks: int) -> str | None:

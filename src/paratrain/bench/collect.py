@@ -7,6 +7,8 @@ import statistics
 from pathlib import Path
 from typing import Any
 
+from paratrain.metrics import PHASES
+
 SMOOTH_MAX = 20  # steps averaged into the final loss
 
 
@@ -154,7 +156,7 @@ def _rank_breakdown(steps: dict[int, list[dict[str, Any]]], measured: list[int],
     if basis_time <= 0:
         return None
     med = {k: sum(r["phases"].get(k, 0.0) for r in basis) / basis_time
-           for k in ("data", "forward", "backward", "bubble", "optimizer")}
+           for k in PHASES}
     per_step = len(basis) / basis_time  # the profile's figures are per step
     if window and not comm_measured(profile):  # the profiler could not see the method's collectives
         exposed = total = None

@@ -80,6 +80,7 @@ class PipelineStrategy(OneReplica, Strategy, ScheduledStep):
     clips_gradients = True  # the norm is over every stage's gradients, not this stage's alone
     _stage: nn.Module | None = None
     _removed: list[str]
+    _times: dict[str, float]  # seconds of the stage's own forward and backward in the step running (forward_backward)
     _norm: float | None = None
 
     @classmethod
@@ -98,7 +99,6 @@ class PipelineStrategy(OneReplica, Strategy, ScheduledStep):
         self.device = _procgroup.join(self.env, str(self.method))
         self.join_one_replica()  # one replica over all ranks: each reads the whole batch
         self._schedules: dict[tuple, Any] = {}
-        self._times = {"forward": 0.0, "backward": 0.0}
 
     @property
     def last(self) -> int:
