@@ -98,3 +98,18 @@ def test_the_mean_against_the_seed_floor_separates_what_the_max_does_not():
     assert _results(ref, [1.01] * 100, {})["equivalence"] == "not_equivalent"
     # The float-order floor of another world size does not apply.
     assert _results(ref, [1.01] * 100, {"float_order-4": 0.01}, nproc=2)["equivalence"] == "not_equivalent"
+
+
+@pytest.mark.parametrize(("spec", "nproc", "batch_split", "own"), [
+    ("ddp", 2, "across 2 ranks", None),
+    ("tp", 2, None, "tensor parallel adds each split layer's partial sums"),
+    ("pp:gpipe", 4, None, "the pipeline adds its micro-batches' gradients"),
+    ("fsdp+tp", 4, "across 2 replicas", "tensor parallel adds each split layer's partial sums"),
+    ("fsdp+tp:tp=2", 2, None, "tensor parallel adds each split layer's partial sums"),
+])
+def test_a_cells_causes_are_its_own_methods(spec, nproc, batch_split, own):
+    """tp and pp read the whole batch on every rank: a NOT EQUIVALENT tp cell is never explained by a batch split."""
+    found = equivalence.causes({}, nproc, spec)
+    split = [c for c in found if "batch split" in c]
+    assert (split == []) if batch_split is None else (len(split) == 1 and batch_split in split[0]), found
+    assert (own is None and len(found) == len(split)) or any(own in c for c in found), found

@@ -12,7 +12,7 @@ from torch import nn
 
 from paratrain.advise import models
 from paratrain.errors import ConfigError
-from paratrain.strategies.tp import check_divides, find_plan
+from paratrain.strategies.tp import check_divides, check_ties, find_plan
 from paratrain.workloads import get
 from tests.helpers.equivalence import assert_equivalent, train
 from tests.helpers.launch import EXAMPLES, ROOT, check, paratrain
@@ -89,3 +89,28 @@ def test_a_plan_it_cannot_apply_is_one_clear_error(plan, message):
     model.tp_plan = plan
     with pytest.raises(ConfigError, match=message):
         find_plan(model)
+
+
+@pytest.mark.multiprocess
+def test_tied_embeddings_stay_one_parameter_under_tp_and_fsdp_tp(tmp_path):
+    """A config with tie_word_embeddings (Qwen2's): the output head and the input embedding are one parameter, kept
+    whole on every rank and still one, so both methods train the one-process curve (untied, they were 0.6 off)."""
+    config = ROOT / "tests" / "helpers" / "hf_configs" / "tiny-qwen2"
+    check(paratrain("compare", "--model", f"hf:{config}", "-s", "single,tp,fsdp+tp", "--nproc", "2",
+                    "--steps", "12", "--out", str(tmp_path), timeout=300))
+    cells = {c["key"]: c for c in json.loads((tmp_path / "results.json").read_text())["cells"]}
+    for key in ("tp×2", "fsdp+tp×2"):
+        assert cells[key]["status"] == "ok" and cells[key]["loss_max_abs_diff"] <= 1e-5, cells[key]
+
+
+def test_a_plan_that_splits_a_tied_layer_is_refused_naming_both():
+    class Tied(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.embed = nn.Embedding(16, 8)
+            self.head = nn.Linear(8, 16, bias=False)
+            self.head.weight = self.embed.weight
+
+    with pytest.raises(ConfigError, match=r"cannot split head\.weight: it is tied to embed\.weight"):
+        check_ties(Tied(), {"head": "colwise"})
+    check_ties(Tied(), {})  # both kept whole: the tie stays, nothing to refuse

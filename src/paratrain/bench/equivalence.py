@@ -98,18 +98,43 @@ def _floor_for(results: dict[str, Any], nproc: int) -> tuple[float | None, list[
     return max(f["mean_abs_diff"] for f in found), [f["kind"] for f in found]
 
 
-def causes(facts: dict[str, Any] | None, nproc: int) -> list[str]:
-    """Why a cell may differ from one process by more than rounding, from what the run reported of its model."""
+def replicas(spec: str, nproc: int) -> int:
+    """How many data-parallel replicas a cell's ranks form — the ways its batch is split: one for tp and pp (the
+    ranks hold parts of one model and read the same batch), the groups of tp ranks for fsdp+tp, every rank else."""
+    from paratrain.strategies.base import parse_spec
+
+    name, options = parse_spec(spec)
+    if name in ("tp", "pp"):
+        return 1
+    if name == "fsdp+tp":
+        tp = int(options["tp"]) if options.get("tp", "").isdigit() else (2 if nproc % 2 == 0 else 1)
+        return max(1, nproc // tp)
+    return nproc
+
+
+# What a method that splits the model itself adds up in another order than one process does
+_SPLIT_ORDER = {"tp": "tensor parallel adds each split layer's partial sums in another order",
+                "fsdp+tp": "tensor parallel adds each split layer's partial sums in another order",
+                "pp": "the pipeline adds its micro-batches' gradients in another order"}
+
+
+def causes(facts: dict[str, Any] | None, nproc: int, spec: str = "") -> list[str]:
+    """Why a cell may differ from one process by more than rounding, from what the run reported of its model and
+    what its method does: a reason that does not apply to the method (a batch split, for tp) is never given."""
     facts = facts or {}
+    split = replicas(spec, nproc) if spec else nproc
     out = []
     if facts.get("dropout"):
         out.append(f"model uses {', '.join(facts['dropout'])}: each rank draws its own masks")
-    if nproc > 1 and facts.get("batchnorm"):
+    if split > 1 and facts.get("batchnorm"):
         out.append(f"{', '.join(facts['batchnorm'])} normalise each rank's slice of the batch (no SyncBatchNorm: "
                    "it needs GPUs)")
-    if nproc > 1:
+    if split > 1:
         out.append(f"{'convolutions reorder' if facts.get('conv') else 'the batch split reorders'} float sums across "
-                   f"{nproc} ranks")
+                   f"{split} {'ranks' if split == nproc else 'replicas'}")
+    method = spec.partition(":")[0].strip().lower()
+    if nproc > split and method in _SPLIT_ORDER:
+        out.append(_SPLIT_ORDER[method])
     return out
 
 
@@ -146,7 +171,8 @@ def judge(results: dict[str, Any], ref_cell: dict[str, Any] | None) -> None:
             cell.setdefault("loss_mean_abs_diff", None)
         cell["equivalence"], cell["equivalence_reason"] = verdict(cell, results)
         inexact = cell["equivalence"] in ("within_noise", "not_equivalent")
-        cell["equivalence_causes"] = causes(cell.get("model") or facts, cell["nproc"]) if inexact else []
+        cell["equivalence_causes"] = (causes(cell.get("model") or facts, cell["nproc"], cell.get("spec") or "")
+                                      if inexact else [])
     results["noise_factor"] = NOISE_FACTOR
     results.setdefault("floors", {})
 

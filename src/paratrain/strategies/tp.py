@@ -86,6 +86,27 @@ def check_divides(model: nn.Module, plan: Mapping[str, str], ranks: int) -> None
                               hint=f"use a number of processes that divides {size}")
 
 
+def tied_parameters(model: nn.Module) -> list[list[str]]:
+    """The names of each parameter that several modules share (an output head tied to the input embedding)."""
+    names: dict[int, list[str]] = {}
+    for name, param in model.named_parameters(remove_duplicate=False):
+        names.setdefault(id(param), []).append(name)
+    return [group for group in names.values() if len(group) > 1]
+
+
+def check_ties(model: nn.Module, plan: Mapping[str, str]) -> None:
+    """A tied weight stays one parameter where every module sharing it is replicated; one the plan would split is
+    refused by name — each layer would otherwise hold its own copy and train a different model, with no word."""
+    for group in tied_parameters(model):
+        split_here = [n for n in group if n.rpartition(".")[0] in plan]
+        if split_here:
+            raise ConfigError(f"--strategy tp cannot split {split_here[0]}: it is tied to "
+                              f"{', '.join(n for n in group if n != split_here[0])}, and the plan splits "
+                              f"{' and '.join(n.rpartition('.')[0] for n in split_here)}",
+                              hint="leave the tied layers out of the plan (they are then kept whole and tied), "
+                                   "or untie them")
+
+
 def _replicated_inputs(module: nn.Module, inputs: tuple, mesh: Any) -> tuple:
     from torch.distributed.tensor import DTensor, Replicate
 
@@ -104,6 +125,8 @@ def replicate_the_rest(model: nn.Module, mesh: Any) -> None:
     replicated DTensors on the way in and its outputs plain tensors on the way out (the same on every rank)."""
     from torch.distributed.tensor import DTensor, Replicate, distribute_module
 
+    made: dict[int, nn.Parameter] = {}  # id of a parameter → its replicated DTensor: a tied weight stays one
+
     for module in list(model.modules()):
         own = list(module.named_parameters(recurse=False))
         if not own or any(isinstance(p, DTensor) for _, p in own):
@@ -112,8 +135,10 @@ def replicate_the_rest(model: nn.Module, mesh: Any) -> None:
         def partition(_name: str, sub: nn.Module, device_mesh: Any, target: nn.Module = module) -> None:
             if sub is target:  # its own parameters only: its children are handled on their own
                 for key, param in list(sub.named_parameters(recurse=False)):
-                    value = DTensor.from_local(param.data, device_mesh, [Replicate()], run_check=False)
-                    sub.register_parameter(key, nn.Parameter(value, requires_grad=param.requires_grad))
+                    if id(param) not in made:
+                        value = DTensor.from_local(param.data, device_mesh, [Replicate()], run_check=False)
+                        made[id(param)] = nn.Parameter(value, requires_grad=param.requires_grad)
+                    sub.register_parameter(key, made[id(param)])
 
         distribute_module(module, mesh, partition, input_fn=_replicated_inputs,  # type: ignore[arg-type]
                           output_fn=_local_output)
@@ -126,6 +151,7 @@ def split(model: nn.Module, mesh: Any, device: Any) -> dict[int, str]:
 
     plan = find_plan(model)
     check_divides(model, plan, mesh.size())
+    check_ties(model, plan)
     names = {id(p): n for n, p in model.named_parameters()}
     model.to(device)
     for tensor in [*model.parameters(), *model.buffers()]:
