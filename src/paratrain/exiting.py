@@ -20,3 +20,26 @@ def mark_failing() -> None:
 
 def is_failing() -> bool:
     return _failing
+
+
+class Terminated(BaseException):
+    """SIGTERM (a scheduler's, a ``kill``) as an exception, as Python makes SIGINT a KeyboardInterrupt: the code
+    it interrupts unwinds — stopping what it started — and the command line says so in one line and exits 143.
+    A BaseException, like KeyboardInterrupt, so no ``except Exception`` on the way swallows it."""
+
+    signum = 15
+
+
+def _raise_terminated(signum: int, _frame: object) -> None:
+    raise Terminated
+
+
+def stop_on_signals() -> None:
+    """The command line's first act: from this moment SIGINT raises KeyboardInterrupt and SIGTERM raises
+    :class:`Terminated`. Without it a SIGTERM before a launcher installs its own handlers killed the process
+    with no word, and a SIGINT was ignored where the shell started paratrain with SIGINT ignored (a script's
+    background job) until torchrun's agent installed its handler — the job ran on and exited 0."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGTERM, _raise_terminated)

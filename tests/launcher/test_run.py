@@ -176,8 +176,7 @@ def test_exit_code_is_the_failing_ranks(strategy, nproc):
 
 
 def test_a_second_job_in_the_same_process_gives_its_ranks_its_own_environment(tmp_path):
-    """torchrun's ranks fork from a server that keeps the environment it started with: each job has its own server,
-    so a notebook that changes a variable between two runs sees the change in the second job's ranks."""
+    """A notebook that changes a variable between two runs sees the change in the second job's ranks."""
     script = tmp_path / "env_mark.py"
     script.write_text("import os, sys\nimport paratrain as pt\ns = pt.Session()\n"
                       "open(os.path.join(sys.argv[1], f'{os.environ[\"MARK\"]}.{s.rank}'), 'w').close()\n")
@@ -191,7 +190,7 @@ def test_a_second_job_in_the_same_process_gives_its_ranks_its_own_environment(tm
 
 
 def test_a_rank_reads_the_jobs_standard_input_as_under_torchrun(tmp_path):
-    """A forked rank gets the job's stdin back (multiprocessing gives it /dev/null): input() and a rank's pdb work."""
+    """A rank reads the job's standard input, as under torchrun: input() and a rank's pdb work."""
     script = tmp_path / "read_stdin.py"
     script.write_text("import sys\nimport paratrain as pt\ns = pt.Session()\n"
                       "if s.rank == 0:\n    print('rank 0 read', sys.stdin.readline().strip(), flush=True)\n"

@@ -8,7 +8,7 @@ import traceback
 
 import typer
 
-from paratrain import __version__, console, distenv
+from paratrain import __version__, console, distenv, exiting
 from paratrain.errors import ParatrainError
 
 app = typer.Typer(
@@ -69,17 +69,23 @@ def main(argv: list[str] | None = None) -> int:
     _register(args)
     command = typer.main.get_command(app)
     try:
-        rv = command.main(args=args, prog_name="paratrain", standalone_mode=False)
+        # What typer's main() does, less its handling of Ctrl-C: it would return a bare 130 and print nothing
+        with command.make_context("paratrain", args) as ctx:
+            rv = command.invoke(ctx)
         if callable(rv):  # a command that launches a job returns it, to run here with a short call stack
             rv = rv()
     except typer.Exit as exc:
         return exc.exit_code
     except typer.TyperException as exc:  # usage errors: unknown command, unknown flag, bad value
+        if not exc.format_message().strip():  # a bare `paratrain`: the help was the answer
+            return getattr(exc, "exit_code", 2) or 2
         ctx = getattr(exc, "ctx", None)
         where = f"{ctx.command_path} --help" if ctx is not None else "paratrain --help"
         return _fail(f"{exc.format_message()} (see `{where}`)", getattr(exc, "exit_code", 2) or 2)
     except (typer.Abort, KeyboardInterrupt):
         return _fail("interrupted by SIGINT", 130)
+    except exiting.Terminated:
+        return _fail("interrupted by SIGTERM", 143)
     except ParatrainError as exc:
         if _state["debug"]:
             traceback.print_exc()
@@ -93,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def entry() -> None:
+    exiting.stop_on_signals()
     sys.exit(main())
 
 

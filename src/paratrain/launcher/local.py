@@ -19,6 +19,7 @@ import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from paratrain import exiting
 from paratrain.errors import ConfigError, LaunchError
 from paratrain.launcher import job, worker
 from paratrain.launcher import notes as notes_
@@ -28,6 +29,7 @@ from paratrain.launcher.job import Interrupted, Launch, LaunchPlan
 def _child(script: str, args: list[str], threads: int | None) -> None:
     """The script's process: never returns into the launcher's code."""
     code = 1
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the script's, as under `python train.py` (the launcher raises)
     try:
         import torch
 
@@ -43,28 +45,30 @@ def _child(script: str, args: list[str], threads: int | None) -> None:
         os._exit(code)
 
 
-def _wait(pid: int) -> tuple[int, bool]:
-    """Wait for the child; Ctrl-C reaches it too (same terminal process group), so keep waiting for it to leave."""
-    interrupted = False
+def _wait(pid: int) -> tuple[int, int | None]:
+    """Wait for the child; Ctrl-C reaches it too (same terminal process group), so keep waiting for it to leave.
+    Returns its exit code and the signal the launcher was interrupted by, if any."""
+    interrupted: int | None = None
     while True:
         try:
             _, status = os.waitpid(pid, 0)
             return os.waitstatus_to_exitcode(status), interrupted
-        except KeyboardInterrupt:
-            interrupted = True
+        except (KeyboardInterrupt, exiting.Terminated) as exc:
+            interrupted = signal.SIGINT if isinstance(exc, KeyboardInterrupt) else signal.SIGTERM
             with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGINT)  # in case only the launcher got it (kill -INT <launcher pid>)
+                os.kill(pid, interrupted)  # in case only the launcher got it (kill <launcher pid>)
         except ChildProcessError:
             return 0, interrupted
 
 
-def run_script(script: str, args: list[str], threads: int | None, argv: list[str]) -> tuple[int, bool]:
-    """Run the script as one process; returns (exit code, negative for a signal; whether Ctrl-C was pressed)."""
+def run_script(script: str, args: list[str], threads: int | None, argv: list[str]) -> tuple[int, int | None]:
+    """Run the script as one process; returns (exit code, negative for a signal; the signal that interrupted the
+    launcher, if any)."""
     if not hasattr(os, "fork"):
         try:
-            return subprocess.call(argv), False
+            return subprocess.call(argv), None
         except KeyboardInterrupt:
-            return 128 + signal.SIGINT, True
+            return 128 + signal.SIGINT, signal.SIGINT
     worker.flush_output()  # or the child would print the parent's buffered output a second time
     pid = os.fork()
     if pid == 0:
@@ -108,7 +112,7 @@ class Local:
         threads = plan.threads.threads if plan.threads and not plan.threads.from_environment else None
         code, interrupted = run_script(plan.config.script, list(plan.config.args), threads, plan.argv)
         if interrupted or code == 128 + signal.SIGINT:
-            raise Interrupted(signal.SIGINT)
+            raise Interrupted(interrupted or signal.SIGINT)
         if code != 0:
             what = f"exit code {notes_.exit_code(code)}"
             if code < 0:

@@ -3,21 +3,19 @@
 Rendezvous, restarts and per-rank error files are torchrun's; paratrain adds the process count's default, the
 multi-node arguments, a watchdog for stalled ranks and the one line that names the rank that failed first.
 
-The ranks are forked from a forkserver (torchrun's ``--start-method forkserver --run-path``) that has imported torch
-once (``preload``), instead of each starting an interpreter that imports torch again: 3 s of CPU per rank on a
-2-core machine. One consequence: torch is imported before the script runs, so the few variables torch reads while it
-is imported (``TORCH_LOGS``, ``OMP_NUM_THREADS``) take effect when set for ``paratrain run``, not inside the script.
-The server is started with the job's environment and stopped when the job ends, so a later job in the same
-process (a notebook's) gets a server with its own.
+Each rank is a fresh interpreter (``python -u -m paratrain.launcher.worker SCRIPT``), started the way torchrun
+starts a script's ranks. paratrain once forked the ranks from a forkserver that had imported torch (1.35 s sooner
+for ddp×2 here), and gave that up: a forked rank shares its parent's random state and hash seed, and its life
+after the script — inside torch's multiprocessing wrapper, waiting for its peers — is where a finished job hung
+(a process group torn down while the collector held the GIL) and where a signal at start-up could leave ranks
+behind. A rank that is its own process behaves as under torchrun, which is the promise.
 """
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import signal
-from collections.abc import Iterator
 from pathlib import Path
 
 from paratrain.errors import LaunchError
@@ -66,9 +64,7 @@ class Torchrun(job.ModuleLauncher):
                     env["GLOO_SOCKET_IFNAME"] = iface
         else:
             argv += ["--standalone"]
-        # -u for the ranks, which now inherit the server's standard streams: a rank's output appears as it is printed
-        env["PYTHONUNBUFFERED"] = "1"
-        argv += ["--start-method=forkserver", "--run-path", ENTRY, str(launch.script), *config.args]
+        argv += ["--module", "paratrain.launcher.worker", str(launch.script), *config.args]
         return LaunchPlan(config, launch.spec, self.name, nproc, env, argv, threads, launch.details,
                           launch.method_cls)
 
@@ -77,7 +73,6 @@ class Torchrun(job.ModuleLauncher):
 
 
 BACKEND = Torchrun()
-ENTRY = str(Path(__file__).with_name("forked_worker.py"))  # each rank's main, run by torchrun's --run-path
 
 
 def _torchrun_knows(flag: str) -> bool:
@@ -104,13 +99,13 @@ def _run_torchrun(plan: LaunchPlan, notes: Path) -> None:
 
     # Only torchrun's own options go through its parser: argparse matches abbreviations anywhere in argv, so a
     # script argument such as --log or --local would be taken for (or ambiguous with) a torchrun option.
-    split = plan.argv.index("--run-path") + 2
+    split = plan.argv.index("--module") + 2
     args = torchrun.parse_args(plan.argv[:split])
     args.training_script_args = plan.argv[split:]
     _quiet_torchrun(plan.config.verbose)
     watchdog = Watchdog(notes, plan.world_size, plan.config.stall_timeout)
     try:
-        with watchdog, _forkserver():
+        with watchdog:
             torchrun.run(args)
     except SignalException as exc:  # Ctrl-C, a kill of the launcher, or the watchdog: the workers are stopped
         if watchdog.verdict:
@@ -120,23 +115,6 @@ def _run_torchrun(plan: LaunchPlan, notes: Path) -> None:
         _raise_first_failure(exc, notes, plan.world_size)
     except (DistError, RendezvousError) as exc:  # the job never formed: port taken, master unreachable
         raise _rendezvous_failure(plan.config, exc) from None
-
-
-@contextlib.contextmanager
-def _forkserver() -> Iterator[None]:
-    """The forkserver the ranks are forked from: it imports torch once (``preload``), and it is stopped when the job
-    ends — it keeps the environment it started with, and the next job's may differ."""
-    import multiprocessing
-    from multiprocessing import forkserver
-
-    multiprocessing.set_forkserver_preload(["paratrain.launcher.preload"])
-    try:
-        yield
-    finally:
-        stop = getattr(forkserver._forkserver, "_stop", None)  # private, present since Python 3.8
-        if stop is not None:
-            with contextlib.suppress(Exception):
-                stop()
 
 
 def _rendezvous_failure(config: RunConfig, exc: Exception) -> LaunchError:
@@ -168,8 +146,8 @@ def _raise_first_failure(exc, notes: Path, world_size: int) -> None:
     if silent is not None:  # killed without a word: the others' notes only echo its loss
         rank, failure, noted, code = silent, causes[silent], None, causes[silent].exitcode
     elif noted is not None:
-        # Forked ranks are reported one at a time: torch lists the first process it saw end, which can be an echo
-        # of the rank that failed (it was still printing its traceback). The ranks' own timed notes decide.
+        # torch lists the first process it saw end, which can be an echo of the rank that failed (it was still
+        # printing its traceback). The ranks' own timed notes decide.
         rank = noted["rank"]
         if rank in exc.failures:
             failure = exc.failures[rank]

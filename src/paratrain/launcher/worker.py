@@ -16,6 +16,13 @@ Session's ``close`` among them), leave a process group the script left up throug
 output — and then ends the process with ``os._exit``, skipping finalization. A crash *during* the script is
 untouched: it kills the process before any of this runs, and the launcher reports it.
 
+Nothing the script made is destroyed after it: its namespace (or, when it failed, its exception, whose traceback
+holds the namespace) is kept, and the collector is stopped, until ``os._exit``. Under ``python train.py`` a
+module-level model lives until finalization; destroying it earlier, while this thread holds the GIL, runs a DDP
+Reducer's and a gloo process group's destructors, which join gloo's threads — and a gloo thread still releasing a
+finished collective's tensors waits for that GIL: the finished job hung (torch's pybind11 bindings of these
+classes do not drop the GIL in their destructors).
+
 The failure path and the signal handlers import nothing: what they need is imported with this module. A SIGTERM
 (horovodrun's, when a peer fails) that arrived while the failure path was importing torch ran a handler importing
 the same half-initialised module, and every rank printed paratrain's own traceback instead of leaving quietly.
@@ -27,13 +34,21 @@ launcher's last line reports what ran, not what was asked for.
 
 from __future__ import annotations
 
+import os
+import signal
+
+# A Ctrl-C (torchrun forwards it to the ranks) that lands while this rank is still starting — before run() takes
+# over SIGINT — ends it at once and quietly, as nothing has begun: Python's own handler would print an import's
+# KeyboardInterrupt traceback from every rank under the launcher's one line.
+if __name__ == "__main__":
+    signal.signal(signal.SIGINT, lambda signum, _frame: os._exit(128 + signum))
+
 import atexit
 import contextlib
 import faulthandler
+import gc
 import json
-import os
 import runpy
-import signal
 import sys
 import threading
 import time
@@ -113,7 +128,23 @@ def _run_script(script: str, args: list[str]) -> None:
     if _tensorflow_method(os.environ.get(STRATEGY_VAR)) or os.environ.get(QUIET_TF_VAR) == "1":  # (horovod: Keras)
         # and its `import tensorflow` set up for the method (tf_setup), without TF's start-up lines when quiet
         tf_import.install(quiet=os.environ.get(QUIET_TF_VAR) == "1")
-    runpy.run_path(script, run_name="__main__")
+    try:
+        _KEPT.append(runpy.run_path(script, run_name="__main__"))
+    except BaseException as exc:
+        _KEPT.append(exc)
+        raise
+    finally:
+        _keep_everything()
+
+
+_KEPT: list[object] = []  # the script's namespace, or its exception: alive until os._exit (module docstring)
+
+
+def _keep_everything() -> None:
+    """From here to ``os._exit`` nothing the script made is collected: no destructor of torch's runs in the
+    wind-down (see the module docstring)."""
+    gc.disable()
+    gc.freeze()
 
 
 def note(name: str, data: dict) -> None:
