@@ -103,3 +103,18 @@ def test_advise_with_a_hub_name_exits_2_in_one_line(capsys):
     assert main(["advise", "--model", "hf:meta-llama/Llama-3.1-8B", "--gpus", "8"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "does not download models" in err[0]
+
+
+def test_the_header_names_the_configs_context_only_when_no_seq_len_was_given(capsys, tmp_path, monkeypatch):
+    """The note about the config's longest context (131,072 tokens for Llama 3.1) describes the default; beside
+    --seq-len 1024 it said the opposite of what was sized."""
+    monkeypatch.setenv("PARATRAIN_HOME", str(tmp_path))
+    config = f"hf:{CONFIGS / 'llama-3.1-8b'}"
+    hardware = ["--gpus", "8", "--gpu-mem", "80", "--precision", "bf16-mixed"]
+    assert main(["advise", "--model", config, *hardware, "--seq-len", "1024"]) == 0
+    header = capsys.readouterr().out.splitlines()[0]
+    assert "sequence 1024" in header and "--seq-len defaults" not in header, header
+    assert main(["advise", "--model", config, *hardware]) == 0
+    header = capsys.readouterr().out.splitlines()[0]
+    assert "(--seq-len defaults to the config's longest context, 131072)" in header, header
+    assert "sequence 131072" in header, header

@@ -235,7 +235,9 @@ def _build_factory(target: str, factory: Callable[[], Any]) -> ModelSpec:
 
 
 def resolve(model: str | None, params: float | None, width: int | None = None,
-            depth: int | None = None) -> ModelSpec:
+            depth: int | None = None, seq_len: int | None = None) -> ModelSpec:
+    """The model ``--params``/``--model`` name. ``seq_len`` is advise's --seq-len, passed so that a Hugging Face
+    config's header says the config's own context is used only when no length was given."""
     if (model is None) == (params is None):
         raise ConfigError("say which model: --params N, or --model with a preset, a bundled workload or "
                           "package.module:factory", hint="e.g. --params 1.3e9 or --model llama-7b")
@@ -247,7 +249,7 @@ def resolve(model: str | None, params: float | None, width: int | None = None,
     if model in BUNDLED:
         return from_bundled(model, width, depth)
     if model.startswith("hf:"):
-        return from_hf(model, width, depth)
+        return from_hf(model, width, depth, seq_len)
     if ":" in model:
         return from_factory(model)
     return from_preset(model)  # reports the nearest preset
@@ -354,8 +356,11 @@ def spec_of_causal_lm(model: Any, name: str, seq_len: int | None = None) -> Mode
     return spec_of(model, name, transformer=arch)
 
 
-def from_hf(name: str, width: int | None = None, depth: int | None = None) -> ModelSpec:
-    """``hf:PATH/config.json``: the model transformers builds from that local config, on the meta device."""
+def from_hf(name: str, width: int | None = None, depth: int | None = None, seq_len: int | None = None) -> ModelSpec:
+    """``hf:PATH/config.json``: the model transformers builds from that local config, on the meta device.
+
+    Without ``seq_len`` (advise's --seq-len) the config's longest context is used, which can be far longer than the
+    user trains at (Llama 3.1: 131,072), so a note says so; with it the note would contradict the flag."""
     from paratrain.workloads import hf_config
 
     config = hf_config.load(name, width, depth)
@@ -363,5 +368,7 @@ def from_hf(name: str, width: int | None = None, depth: int | None = None) -> Mo
     model_type = getattr(config, "model_type", "model")
     size = "" if width is None and depth is None else f", width {config.hidden_size}, depth {config.num_hidden_layers}"
     spec = spec_of_causal_lm(model, f"{model_type} from {hf_config.config_path(name)}{size}")
+    if seq_len is not None:
+        return spec
     positions = spec.transformer.seq_len if spec.transformer else 0
     return dataclasses.replace(spec, note=f"--seq-len defaults to the config's longest context, {positions}")

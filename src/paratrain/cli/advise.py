@@ -172,7 +172,7 @@ def advise(
     for flag, value in (("--micro-batch", micro_batch), ("--seq-len", seq_len)):
         if value is not None and not 1 <= value <= 10_000_000:
             raise ConfigError(f"{flag} {value} must be between 1 and 10000000")
-    spec = models.resolve(model, params, width, depth)
+    spec = models.resolve(model, params, width, depth, seq_len)
     hw, bf16 = hardware.resolve(gpus=gpus, gpu_mem=gpu_mem, nodes=nodes, interconnect=interconnect, probe=probe,
                                 host_mem=host_mem)
     plan = memory.Plan(ranks=hw.world, micro_batch=micro_batch, seq_len=seq_len,
