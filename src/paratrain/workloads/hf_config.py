@@ -8,10 +8,12 @@ user of transformers trains.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
 from paratrain.errors import ConfigError
+from paratrain.workloads import hf_keys
 
 PREFIX = "hf:"
 INSTALL_HINT = "pip install 'paratrain[hf]' (transformers)"
@@ -55,7 +57,8 @@ def config_path(name: str) -> Path:
 
 def load(name: str, width: int | None = None, depth: int | None = None) -> Any:
     """The transformers config ``hf:PATH`` names, its hidden size and layer count replaced by ``width``/``depth``
-    when given (the head size kept where the width allows, as a smaller member of the same family would)."""
+    when given (the head size kept where the width allows, as a smaller member of the same family would). A
+    misspelt or missing key is refused (``hf_keys``): transformers would fill in its default silently."""
     path = config_path(name)
     transformers = transformers_module()
     try:
@@ -64,6 +67,7 @@ def load(name: str, width: int | None = None, depth: int | None = None) -> Any:
         first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise ConfigError(f"{path}: transformers cannot read it as a model config ({first})",
                           hint="give the config.json of a model transformers knows (model_type)") from None
+    hf_keys.check(path, json.loads(path.read_text()), config)
     return resize(config, width, depth)
 
 
