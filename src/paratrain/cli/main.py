@@ -5,13 +5,25 @@ from __future__ import annotations
 import os
 import sys
 import traceback
+from typing import Any
 
 import typer
+from typer.core import TyperCommand
 
 from paratrain import __version__, console, distenv, exiting
+from paratrain.cli._help import Command
 from paratrain.errors import ParatrainError
 
-app = typer.Typer(
+
+class _App(typer.Typer):
+    """typer's app whose commands show every flag name whole in their --help (cli/_help.py), unless one names its
+    own class."""
+
+    def command(self, *args: Any, cls: type[TyperCommand] | None = None, **kwargs: Any) -> Any:
+        return super().command(*args, cls=cls or Command, **kwargs)
+
+
+app = _App(
     name="paratrain",
     help="Train one script under every parallel method (DataParallel, DDP, FSDP, DeepSpeed, Horovod, "
     "tf.distribute), compare them on your machine, and pick one.",
