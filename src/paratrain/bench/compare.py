@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from paratrain import __version__
 from paratrain.bench import budget as budget_
-from paratrain.bench import equivalence
+from paratrain.bench import disturbance, equivalence
 from paratrain.bench.finalize import EQUIVALENCE_TOL, finalize
 from paratrain.bench.runner import CellSpec, run_cell
 from paratrain.errors import ConfigError
@@ -263,17 +263,6 @@ def environment() -> dict[str, Any]:
             "hostname": socket.gethostname(), "inventory": collect().to_json(), "cores": available_cores()}
 
 
-def _median_run(runs: list[dict[str, Any]]) -> dict[str, Any]:
-    ok = [r for r in runs if r["status"] == "ok"]
-    if not ok:
-        return runs[-1]
-    ok.sort(key=lambda r: r.get("samples_per_s") or 0.0)
-    chosen = dict(ok[len(ok) // 2])
-    chosen["repeats"] = len(runs)
-    chosen["repeat_samples_per_s"] = [r.get("samples_per_s") for r in ok]  # the run-to-run spread, for ties
-    return chosen
-
-
 def run_compare(settings: CompareSettings, out_dir: Path, progress: Progress | None = None) -> dict[str, Any]:
     """Run every cell and return the results dict (see docs/results-schema.md)."""
     cells = plan_cells(settings)
@@ -297,34 +286,69 @@ def run_compare(settings: CompareSettings, out_dir: Path, progress: Progress | N
     for cell in cells:
         say(cell.key, "queued" if cell.spec else cell.reason if cell.status == "does_not_fit"
             else f"not available: {cell.reason}", None)
+    measured: dict[str, tuple[Cell, list[dict[str, Any]]]] = {}
     try:
         for cell in cells:
             if cell.spec is None:
                 results["cells"].append(_unavailable(cell))
                 continue
-            runs = []
-            for i in range(settings.repeat):
-                folder = out_dir / "cells" / _slug(cell.key) / f"run{i + 1}"
-
-                def tick(step: int, key: str = cell.key, i: int = i) -> None:
-                    rep = f" (repeat {i + 1}/{settings.repeat})" if settings.repeat > 1 else ""
-                    say(key, f"running step {step}/{total or '?'}{rep}", None)
-
-                tick(0)
-                runs.append(run_cell(cell.spec, folder, warmup=settings.warmup, timeout=settings.timeout,
-                                     tokens_per_sample=tokens, progress=tick,
-                                     profile_steps=_profile_steps(settings, total)))
-            row = {"key": cell.key, "strategy": cell.strategy, "spec": cell.normalized, "nproc": cell.nproc,
-                   "framework": _framework(cell), "predicted_mem": cell.predicted, **_median_run(runs)}
-            row["over_budget"] = budget_.over(row, budget)
-            results["cells"].append(row)
-            say(cell.key, row["status"], row)
+            runs = [_run(cell, settings, out_dir, i, say, tokens, total) for i in range(settings.repeat)]
+            measured[cell.key] = (cell, runs)
+            results["cells"].append(_row(cell, runs, budget))
+            say(cell.key, results["cells"][-1]["status"], results["cells"][-1])
+        _measure_suspects_again(results, measured, settings, out_dir, say, tokens, total, budget)
         finalize(results)
         _measure_floors(results, cells, settings, out_dir, say)
     except KeyboardInterrupt:
         results["interrupted"] = True
     finalize(results)
     return results
+
+
+def _run(cell: Cell, settings: CompareSettings, out_dir: Path, i: int, say: Progress, tokens: int | None,
+         total: int | None) -> dict[str, Any]:
+    """One run of a cell (the i-th, from 0), with its progress shown."""
+    assert cell.spec is not None
+    runs = settings.repeat + (i >= settings.repeat)  # a run past --repeat measures a disturbed cell again
+
+    def tick(step: int) -> None:
+        rep = f" (run {i + 1}/{runs})" if runs > 1 else ""
+        say(cell.key, f"running step {step}/{total or '?'}{rep}", None)
+
+    tick(0)
+    return run_cell(cell.spec, out_dir / "cells" / _slug(cell.key) / f"run{i + 1}", warmup=settings.warmup,
+                    timeout=settings.timeout, tokens_per_sample=tokens, progress=tick,
+                    profile_steps=_profile_steps(settings, total))
+
+
+def _row(cell: Cell, runs: list[dict[str, Any]], budget: budget_.Budget | None, typical: float | None = None,
+         cores: int | None = None) -> dict[str, Any]:
+    row = {"key": cell.key, "strategy": cell.strategy, "spec": cell.normalized, "nproc": cell.nproc,
+           "framework": _framework(cell), "predicted_mem": cell.predicted,
+           **disturbance.median_run(runs, typical, cores)}
+    row["over_budget"] = budget_.over(row, budget)
+    return row
+
+
+def _measure_suspects_again(results: dict[str, Any], measured: dict[str, tuple[Cell, list[dict[str, Any]]]],
+                            settings: CompareSettings, out_dir: Path, say: Progress, tokens: int | None,
+                            total: int | None, budget: budget_.Budget | None) -> None:
+    """Run each cell that other work disturbed (or that ran far slower than its one-process peers) once more, now
+    that the others are done, and keep its least disturbed run (bench/disturbance.py)."""
+    cores = results["env"]["cores"]
+    again = disturbance.suspects(results["cells"], cores)
+    for key in again:
+        cell, runs = measured[key]
+        runs.append(_run(cell, settings, out_dir, len(runs), say, tokens, total))
+    typical = disturbance.typical_load([r for _, runs in measured.values() for r in runs])
+    for i, row in enumerate(results["cells"]):
+        if row["key"] not in measured:
+            continue
+        cell, runs = measured[row["key"]]  # every row again: with --repeat, one of its runs may be the disturbed one
+        results["cells"][i] = _row(cell, runs, budget, typical, cores)
+        if row["key"] in again:
+            results["cells"][i]["remeasured"] = disturbance.remeasured(runs[0], results["cells"][i], cores)
+            say(row["key"], results["cells"][i]["status"], results["cells"][i])
 
 
 def _measure_floors(results: dict[str, Any], cells: list[Cell], settings: CompareSettings, out_dir: Path,

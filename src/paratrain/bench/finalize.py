@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from paratrain.bench import equivalence
+from paratrain.bench import disturbance, equivalence
 from paratrain.bench.results import SCHEMA_VERSION, complete
 
 EQUIVALENCE_TOL = 1e-5
@@ -48,6 +48,7 @@ def finalize(results: dict[str, Any]) -> None:
         base = next((c for c in ok if c["strategy"] == cell["strategy"] and c["nproc"] == 1), ref)
         if base is not None and base.get("samples_per_s") and cell.get("samples_per_s"):
             cell["scaling_efficiency"] = cell["samples_per_s"] / (cell["nproc"] * base["samples_per_s"])
+    disturbance.mark(results)
     equivalence.judge(results, ref if results["reference"] else None)
     results["cross_framework"] = _cross_framework(ok, ref if results["reference"] else None)
     results.setdefault("recommendation", None)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from paratrain.bench import disturbance
 from paratrain.bench.explain import bound_lines
 
 TOLERANCE = 1e-5  # max |Δloss| above this: the cell is not training the same model
@@ -79,6 +80,8 @@ def efficiency_note(cell: dict[str, Any], base: dict[str, Any] | None) -> str | 
     eff = cell.get("scaling_efficiency")
     if eff is None or base is None or base is cell or base["key"] == cell["key"]:
         return None
+    if base.get("disturbed"):
+        return f"unreliable: the 1-process base {base['key']} was disturbed ({base['disturbed']})"
     spread = step_spread(base)
     noisy = (f"the 1-process base {base['key']} was noisy (p90 step {spread:.1f}× its median), so its throughput "
              "is likely understated" if spread is not None and spread >= NOISY_STEPS else None)
@@ -136,7 +139,7 @@ def pct(frac: float) -> str:
 
 def _winner_line(win: dict[str, Any], base: dict[str, Any] | None, others: int) -> str:
     parts = [f"{win['samples_per_s']:,.0f} samples/s"]
-    if base is not None and base is not win and base.get("samples_per_s"):
+    if base is not None and base is not win and base.get("samples_per_s") and not base.get("disturbed"):
         parts.append(f"{_x(win['samples_per_s'] / base['samples_per_s'])} {base['key']} throughput")
     if _eff_words(win):
         parts.append(str(_eff_words(win)))
@@ -228,6 +231,14 @@ def _noisy_steps_line(cell: dict[str, Any]) -> str:
             "machine.")
 
 
+def _disturbed_line(cell: dict[str, Any], win: dict[str, Any] | None) -> str:
+    chosen = ("it is not recommended while an undisturbed method can be" if win is None or win is not cell
+              else "it is recommended only because no undisturbed method could be")
+    again = ", in the run measured again too" if cell.get("remeasured") else ""
+    return (f"{cell['key']} was disturbed: {cell['disturbed']}{again}. Its speed, and every ratio against it, is "
+            f"uncertain; {chosen}. Rerun on a quiet machine to measure it.")
+
+
 def _budget_line(results: dict[str, Any], unfit: list[dict[str, Any]], win: dict[str, Any] | None) -> str:
     """Why the cells a memory budget kept from running could not be chosen, and what fitted instead."""
     from paratrain.bench.budget import gib as gib_
@@ -255,6 +266,7 @@ def recommend(results: dict[str, Any]) -> dict[str, Any]:
         return {"winner": None, "lines": ["No methods were run, so there is nothing to compare."]}
     ok = [c for c in ranked(results) if throughput(c) is not None]
     candidates = [c for c in ok if not is_flagged(c) and not c.get("over_budget")]
+    candidates = [c for c in candidates if not c.get("disturbed")] or candidates  # never chosen on a disturbed figure
     ref_key = results.get("reference")
     win = _simplest_of_the_fastest(candidates, ref_key)
     base = next((c for c in ok if c["key"] == ref_key), None)
@@ -290,6 +302,9 @@ def recommend(results: dict[str, Any]) -> dict[str, Any]:
               for c in cells if not is_ok(c) and c.get("status") != "does_not_fit"]
     lines += [_oversubscribed_line(c, results) for c in ok if c.get("oversubscribed")]
     lines += [_noisy_steps_line(c) for c in ok if (step_spread(c) or 0.0) >= NOISY_STEPS]
+    lines += [_disturbed_line(c, win) for c in ok if c.get("disturbed")]
+    busy = disturbance.busy_machine_line(results)
+    lines += [busy] if busy else []
     lines += bound_lines(results, win["key"] if win else None)
     if len(cells) == 1:
         lines.append(f"Only one method ran ({cells[0]['key']}); pass more with --strategies to compare.")

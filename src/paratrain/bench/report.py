@@ -44,7 +44,7 @@ CSV_FIELDS = ("key", "strategy", "nproc", "status", "samples_per_s", "tokens_per
               "step_time_p90_s", "startup_s", "wall_s", "peak_mem_bytes_max", "peak_mem_kind", "state_bytes_max",
               "comm_share", "scaling_efficiency", "scaling_efficiency_note", "final_loss", "loss_max_abs_diff",
               "loss_mean_abs_diff", "equivalent", "equivalence", "epoch_wall_s", "winner",
-              "threads_per_process", "oversubscribed", "error", "log")
+              "threads_per_process", "oversubscribed", "other_load", "disturbed", "error", "log")
 
 
 def _winner_key(results: dict[str, Any]) -> str | None:
@@ -116,7 +116,9 @@ def _status(cell: dict[str, Any]) -> tuple[str, str | None]:
     if is_ok(cell):
         if cell.get("over_budget"):
             return "ok, OVER BUDGET", str(cell["over_budget"])
-        return ("ok, NOT EQUIVALENT" if is_flagged(cell) else "ok"), None
+        if is_flagged(cell):
+            return "ok, NOT EQUIVALENT", None
+        return ("ok, DISTURBED", str(cell["disturbed"])) if cell.get("disturbed") else ("ok", None)
     if cell.get("status") == "does_not_fit":
         return "does not fit", str(cell.get("error") or "").removeprefix("does not fit: ")
     return str(cell.get("status")), cell.get("error") or "no reason recorded"
@@ -133,9 +135,11 @@ def _caption(results: dict[str, Any]) -> str:
 
 
 def _efficiency_footnotes(results: dict[str, Any]) -> list[str]:
-    """One line per unreliable efficiency, under the table: the reason is too long for its column."""
-    return [f"Scaling eff of {c['key']}, {pct(c['scaling_efficiency'])}, is {c['scaling_efficiency_note']}."
-            for c in ranked(results) if c.get("scaling_efficiency_note")]
+    """One line per unreliable efficiency and per cell measured again, under the table: the reasons are too long
+    for a column."""
+    return [*(f"Scaling eff of {c['key']}, {pct(c['scaling_efficiency'])}, is {c['scaling_efficiency_note']}."
+              for c in ranked(results) if c.get("scaling_efficiency_note")),
+            *(f"{c['key']} was {c['remeasured']}." for c in ranked(results) if c.get("remeasured"))]
 
 
 MEMORY_MEANS = {
@@ -177,7 +181,8 @@ def results_table(results: dict[str, Any]) -> Table:
         if cell["key"] == winner:
             cols[0] = f"[bold green]{cols[0]}[/]"
         word, why = _status(cell)
-        colour = {"ok": "green", "unavailable": "yellow", "does not fit": "yellow"}.get(word, "red")
+        colour = {"ok": "green", "unavailable": "yellow", "does not fit": "yellow", "ok, DISTURBED": "yellow"}.get(
+            word, "red")
         cols.append(f"[{colour}]{escape(word)}[/]" + (f": {escape(why)}" if why else ""))
         table.add_row(*cols)
     return table

@@ -45,6 +45,9 @@ class CellResult:
     scaling_efficiency_note: str | None = None
     threads_per_process: int | None = None
     oversubscribed: bool = False
+    other_load: float | None = None  # cores busy with other work while it ran (bench/load.py)
+    disturbed: str | None = None  # why its figures are not comparable with the other cells' (bench/disturbance.py)
+    remeasured: str | None = None  # why it was run again, and what the first run gave
     # where the time goes
     breakdown: dict[str, float] | None = None
     breakdown_slowest: dict[str, float] | None = None

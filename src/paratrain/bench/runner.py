@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from paratrain.bench.collect import read_rank_files, summarize
+from paratrain.bench.load import LoadMeter
 from paratrain.distenv import METRICS_VAR, PROFILE_VAR
 from paratrain.launcher.threads import choose_threads, oversubscribed
 from paratrain.run_hooks import RunHooks
@@ -119,6 +120,7 @@ def run_cell(spec: CellSpec, folder: Path, *, warmup: int, timeout: float, token
            *spec.args]
     steps_so_far = _StepCounter(metrics_dir / "rank0.jsonl")
     launch = time.time()
+    load = LoadMeter()  # other work beside the cell: read once every process of the cell is reaped
     start = time.perf_counter()
     with log.open("w") as fh:
         proc = None
@@ -138,7 +140,7 @@ def run_cell(spec: CellSpec, folder: Path, *, warmup: int, timeout: float, token
                 _stop(proc)
             raise
     wall = time.perf_counter() - start
-    cell: dict[str, Any] = {"wall_s": wall, "log": str(log)}
+    cell: dict[str, Any] = {"wall_s": wall, "log": str(log), "other_load": load.other_cores()}
     cell.update(summarize(metrics_dir, warmup=warmup, launch_time=launch, tokens_per_sample=tokens_per_sample))
     used = cell.get("threads_per_process") or share.threads
     cell["oversubscribed"] = oversubscribed(spec.nproc, used, share.cores)

@@ -1,0 +1,117 @@
+"""compare on a machine it does not own: a cell that other work slowed is measured again, and one still disturbed is
+flagged and never recommended (bench/load.py, bench/disturbance.py)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from typing import Any
+
+import pytest
+
+from paratrain.bench import disturbance
+from paratrain.bench.compare import CompareSettings, run_compare
+from paratrain.bench.load import LoadMeter
+from paratrain.bench.recommend import recommend
+from paratrain.bench.report import results_markdown, write_outputs
+from paratrain.launcher.threads import available_cores
+
+
+class Burner:
+    """Busy shell loops, eight per core, so that the disturbed cell's threads get a small share of the machine
+    whatever else runs beside the test (a shell loop costs no memory, even by the hundred)."""
+
+    def __init__(self) -> None:
+        self.procs: list[subprocess.Popen] = []
+
+    def start(self) -> None:
+        if not self.procs:
+            self.procs = [subprocess.Popen(["sh", "-c", "while :; do :; done"]) for _ in range(8 * available_cores())]
+
+    def stop(self) -> None:
+        for p in self.procs:
+            p.kill()
+        for p in self.procs:
+            p.wait()
+        self.procs = []
+
+
+def test_the_load_meter_sees_other_work_and_not_the_cells_own():
+    """A child of ours busy for a second is the cell's own work; a burner beside it is other work."""
+    burn = ["sh", "-c", "i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done"]
+    own = LoadMeter()
+    subprocess.run(burn, check=True)
+    quiet = own.other_cores()
+    burner = Burner()
+    beside = LoadMeter()
+    burner.start()
+    try:
+        subprocess.run(burn, check=True)
+        busy = beside.other_cores()
+    finally:
+        burner.stop()
+    assert quiet is not None and busy is not None
+    assert busy >= quiet + 0.5, (quiet, busy)
+
+
+def _cell(key: str, load: float | None, speed: float = 100.0, nproc: int = 1) -> dict[str, Any]:
+    return {"key": key, "status": "ok", "nproc": nproc, "framework": "torch", "other_load": load,
+            "samples_per_s": speed}
+
+
+def test_a_cell_is_disturbed_against_the_typical_cell_not_against_zero():
+    """A machine busy throughout disturbs no cell more than another: only the report's busy-machine line says so."""
+    results = {"env": {"cores": 2}, "cells": [_cell("a", 1.0), _cell("b", 1.1), _cell("c", 0.9), _cell("d", 1.5)]}
+    disturbance.mark(results)
+    assert [c["disturbed"] is not None for c in results["cells"]] == [False, False, False, True]
+    assert disturbance.busy_machine_line(results) is not None
+    quiet = {"env": {"cores": 2}, "cells": [_cell("a", 0.0), _cell("b", 0.1), _cell("c", 0.2)]}
+    disturbance.mark(quiet)
+    assert not any(c["disturbed"] for c in quiet["cells"]) and disturbance.busy_machine_line(quiet) is None
+
+
+def test_a_one_process_cell_far_slower_than_its_peers_is_measured_again():
+    """The issue's case: single×1 at 615 samples/s beside one-process cells at 16,000-33,000, with no load seen."""
+    rows = [_cell("single×1", None, 615), _cell("dp×1", None, 16000), _cell("horovod×1", None, 33000),
+            _cell("fsdp×1", None, 20000), _cell("ddp×2", None, 500, nproc=2)]
+    assert disturbance.suspects(rows, 2) == ["single×1"]
+    kept = disturbance.median_run([rows[0], {**rows[0], "samples_per_s": 21000}])
+    assert kept["samples_per_s"] == 21000 and kept["repeats"] == 2
+
+
+@pytest.mark.multiprocess
+def test_a_cell_run_beside_a_cpu_burner_is_remeasured_or_flagged_and_never_recommended(tmp_path):
+    """single×1 runs with a burner beside it every time (flagged, not recommended); dp×1 only the first time
+    (measured again, its quiet run kept); the other cells have the machine to themselves."""
+    burner, runs = Burner(), {"single×1": set(), "dp×1": set()}
+
+    def progress(key: str, status: str, done: dict[str, Any] | None) -> None:
+        if status.startswith("running step 0") and key in runs:  # said until the first step: once per run
+            runs[key].add(status)
+            if key == "single×1" or len(runs[key]) == 1:
+                burner.start()
+        elif done is not None or not status.startswith("running"):
+            burner.stop()  # after the cell's processes are reaped and its load is read
+
+    settings = CompareSettings(workload="mlp", strategies=["single", "dp", "ddp", "fsdp"], nproc=[1, 2], steps=16,
+                               warmup=3)
+    try:
+        results = run_compare(settings, tmp_path, progress)
+    finally:
+        burner.stop()
+    results["recommendation"] = recommend(results)
+    cells = {c["key"]: c for c in results["cells"]}
+    assert all(c["status"] == "ok" for c in cells.values()), {k: c["error"] for k, c in cells.items()}
+    loads = {k: (c["other_load"], c["samples_per_s"]) for k, c in cells.items()}
+    assert {k: len(v) for k, v in runs.items()} == {"single×1": 2, "dp×1": 2}, (runs, loads)  # both ran again
+    assert cells["single×1"]["disturbed"] and "cores while it ran" in cells["single×1"]["disturbed"], loads
+    assert "measured again" in cells["dp×1"]["remeasured"] and not cells["dp×1"]["disturbed"]
+    rec = results["recommendation"]
+    assert rec["winner"] != "single×1"
+    assert any(line.startswith("single×1 was disturbed") for line in rec["lines"])
+    assert not any(f"{cells['single×1']['key']} throughput" in line for line in rec["lines"][:1])  # no ratio to it
+    table = results_markdown(results)
+    assert "ok, DISTURBED" in table and "dp×1 was measured again" in table
+    write_outputs(results, tmp_path / "report")
+    assert "single×1 was disturbed" in (tmp_path / "report" / "report.md").read_text()
+    assert os.path.isfile(tmp_path / "cells" / "dp_1" / "run2" / "log.txt")
