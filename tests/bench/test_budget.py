@@ -3,6 +3,8 @@ recommendation say about them. Planning only here (no process starts); tests/ben
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from paratrain.advise import memory, models
@@ -53,8 +55,9 @@ def test_the_prediction_is_advises_for_the_cells_own_shape():
 def test_a_budget_nothing_fits_is_one_line_before_anything_runs():
     with pytest.raises(ConfigError, match=r"no requested method fits 0\.01 GiB per rank .*single×1 needs"):
         plan_cells(CompareSettings(strategies=["single", "ddp"], nproc=[2], memory_per_rank=0.01, **SIZE))
-    with pytest.raises(ConfigError, match="must be a positive number of GiB"):
-        CompareSettings(memory_per_rank=0)
+    for bad in (0, math.inf, math.nan):  # inf once overflowed converting GiB to bytes, "a bug in paratrain"
+        with pytest.raises(ConfigError, match="must be a positive number of GiB"):
+            CompareSettings(memory_per_rank=bad)
 
 
 def _results(over: bool = False) -> dict:
@@ -99,12 +102,51 @@ def test_a_cell_above_the_budget_when_measured_is_not_recommended():
     assert "ok, OVER BUDGET" in report.results_markdown(results)
 
 
-def test_only_a_peak_that_counts_tensors_is_held_to_the_budget():
-    """CUDA's max allocated counts what a GPU holds; a CPU's RSS high-water mark counts the allocator's cached pages
-    as well, and its tensors' peak leaves out what only C++ holds: those are shown, not judged."""
+def test_a_peak_that_counts_tensors_is_held_to_the_budget_and_an_rss_peak_is_shown_over_it():
+    """CUDA's max allocated and a CPU's tensor peak count no more than a GPU holds: above the budget, the cell is over
+    it. A CPU's RSS high-water mark counts the allocator's cached pages too: shown as over, not judged by."""
     limit = budget.Budget(100, "--memory-per-rank")
-    assert budget.over({"peak_mem_bytes": [90, 120], "peak_mem_kind": "cuda"}, limit).startswith("its measured peak")
+    assert budget.over({"peak_mem_bytes": [90, 120], "peak_mem_kind": "cuda"}, limit).startswith("over budget by")
+    assert budget.over({"peak_mem_bytes": [90, 120], "peak_mem_kind": "cpu_tensors"}, limit).startswith("over budget")
     assert budget.over({"peak_mem_bytes": [90, 100], "peak_mem_kind": "cuda"}, limit) is None
     assert budget.over({"peak_mem_bytes": [90, 120], "peak_mem_kind": "rss_above_start"}, limit) is None
-    assert budget.over({"peak_mem_bytes": [90, 120], "peak_mem_kind": "cpu_tensors"}, limit) is None
+    assert budget.over_by({"peak_mem_bytes": [90, 120], "peak_mem_kind": "rss_above_start"}, limit) == 20
     assert budget.over({"peak_mem_bytes": [None], "peak_mem_kind": "cuda"}, limit) is None
+
+
+def test_a_cell_measured_over_the_budget_never_reads_fits_in_table_or_plot():
+    """The issue's case: a cell sized to fit that peaked above --memory-per-rank read "fits", and memory.png drew no
+    budget line."""
+    gib = budget.GIB
+    results = _results()
+    limit = budget.Budget(results["memory_budget"]["bytes"], "--memory-per-rank")
+    zero3 = next(c for c in results["cells"] if c["key"] == "deepspeed:zero3×2")
+    zero3.update(peak_mem_bytes=[int(0.2 * gib)] * 2, peak_mem_kind="cpu_tensors")
+    zero3["over_budget"] = budget.over(zero3, limit)
+    results["recommendation"] = recommend.recommend(results)
+    section = "\n".join(budget.memory_markdown(results))
+    row = next(line for line in section.splitlines() if line.startswith("| deepspeed:zero3×2 |"))
+    assert "over budget by 0.02 GiB" in row and "fits" not in row, row
+    assert "over budget by 0.02 GiB" in report.results_markdown(results)
+    assert results["recommendation"]["winner"] == "fsdp×2"
+    pytest.importorskip("matplotlib")
+    from paratrain.bench.plots import _memory_figure
+
+    import matplotlib.pyplot as plt
+
+    fig = _memory_figure(results)
+    try:
+        peaks = fig.axes[0]
+        assert any("budget 0.18 GiB" in str(line.get_label()) for line in peaks.get_lines())
+        assert any("over by 0.02 GiB" in t.get_text() for t in peaks.get_xticklabels())
+    finally:
+        plt.close(fig)
+
+
+def test_no_efficiency_is_computed_against_a_cell_of_several_processes():
+    """One process did not fit, so the reference is fsdp×2: it was its own base ("50 %") before."""
+    results = _results()
+    assert all(c.get("scaling_efficiency") is None for c in results["cells"]), [
+        (c["key"], c.get("scaling_efficiency")) for c in results["cells"]]
+
+

@@ -34,7 +34,9 @@ def test_only_the_sharded_methods_fit_and_they_train_the_one_process_curve(tmp_p
     for key in sharded:
         cell = cells[key]
         assert cell["status"] == "ok", (key, cell["error"])
-        assert cell["over_budget"] is None, (key, cell["over_budget"])  # on a CPU the RSS peak is shown, not judged
+        # a tensor peak above the budget is over it (ZeRO-3's moves by its gathered parameters between runs)
+        above = max(cell["peak_mem_bytes"]) > BUDGET_GIB * (1 << 30)
+        assert (cell["over_budget"] is not None) == above, (key, cell["peak_mem_bytes"], cell["over_budget"])
         predicted = cell["predicted_mem"]
         assert predicted["total"] <= BUDGET_GIB * (1 << 30)
         # the state advise predicts is what the method holds, to DeepSpeed's few scalars (step, norm, overflow flag)
@@ -55,8 +57,8 @@ def test_only_the_sharded_methods_fit_and_they_train_the_one_process_curve(tmp_p
     assert any(line.startswith(f"Not started, as they cannot fit {BUDGET_GIB:.3g} GiB per rank") for line in lines)
     report = (tmp_path / "budget" / "report.md").read_text()
     section = report.split("## Memory per rank", 1)[1].split("\n## ", 1)[0]
-    assert "does not fit: not started" in section and "| fits |" in section
-    assert "shown, not held to the budget" in section  # a CPU's peak leaves out what only C++ holds
+    assert "does not fit: not started" in section
+    assert "| fits |" in section or "over budget by" in section  # fsdp×2's tensor peak is held to the budget
     assert f"--memory-per-rank {BUDGET_GIB:g}" in report  # in the command that reproduces it
     # the curve they train is one process's, measured without the budget
     single = {c["key"]: c for c in _compare(tmp_path / "single", "--strategies", "single", "--nproc", "1")["cells"]}

@@ -139,6 +139,9 @@ def test_environment_lists_gpus_and_script_reproduction(tmp_path):
     md = write_outputs(results, tmp_path)["report"].read_text()
     assert "- GPUs: 2 × NVIDIA H100 (81559 MiB)" in md
     assert "paratrain compare --script train.py --script-args '--lr 3e-4' --strategies" in md
+    results["settings"].update(activation_checkpointing=True, precision="bf16-mixed")
+    again = report.reproduce_command(results)
+    assert "--activation-checkpointing" in again and "--precision bf16-mixed" in again
 
 
 def _run_b():

@@ -7,9 +7,9 @@ Why: the sharded methods exist because a model's training state outgrows one dev
 cell on a machine where the model fits everywhere can only ever say "single" or "ddp". With a budget, each cell of
 a bundled workload is first sized by advise's memory model (the same one ``paratrain advise`` ranks methods by, on
 the real module's shapes); a cell predicted not to fit is not started — on a GPU it would only run out of memory —
-and says what it would need. On GPUs a cell that runs is then held to the budget by its measured peak (CUDA's max
-allocated), since a prediction is not a measurement; a CPU's RSS peak counts far more than tensors (see
-:func:`over`) and is shown beside the prediction instead.
+and says what it would need. A cell that runs is then held to the budget by its measured peak (CUDA's max
+allocated, or a CPU's tensor peak), since a prediction is not a measurement; a CPU's RSS peak counts far more than
+tensors (see :func:`over`) and is only shown beside the prediction, with how far above the budget it went.
 
 On GPUs the default budget is the device's memory less what the CUDA context and the allocator take (advise's
 :data:`~paratrain.advise.memory.USABLE` share); on a CPU there is none unless asked for, and the measured peak is
@@ -127,17 +127,34 @@ def misfit(mem: RankMemory | None, budget: Budget | None) -> str | None:
     return f"does not fit: {need_words(mem)}, {gib(budget.bytes)} budget ({budget.source})"
 
 
+# Peaks that count no more than a GPU would hold: above the budget, the cell is over it. A CPU's tensor peak leaves
+# out only what C++ alone holds (Horovod's fusion buffer), so a cell above the budget by it is above it in truth too.
+HELD_KINDS = ("cuda", "cpu_tensors")
+
+
+def _peak(cell: dict[str, Any]) -> int | None:
+    peaks = [b for b in cell.get("peak_mem_bytes") or [] if b is not None]
+    return max(peaks) if peaks else None
+
+
+def over_by(cell: dict[str, Any], budget: Budget | None) -> int | None:
+    """Bytes by which the cell's measured peak (its busiest rank) exceeded the budget, whatever it counts; else
+    None."""
+    peak = _peak(cell)
+    return None if peak is None or budget is None or peak <= budget.bytes else peak - budget.bytes
+
+
 def over(cell: dict[str, Any], budget: Budget | None) -> str | None:
     """Why a cell that ran broke the budget (its measured peak), or None.
 
-    Only a peak that counts what a GPU would hold is held to the budget: CUDA's max allocated. A CPU's RSS
-    high-water mark also holds the allocator's cached pages (a 24 M parameter llama: 1.53 GiB of RSS for 0.92 GiB of
-    tensors); the CPU tensors' peak leaves out Horovod's fusion buffer, which only C++ holds. On a CPU the report shows
-    the peak beside the prediction instead of judging the cell by it."""
-    peaks = [b for b in cell.get("peak_mem_bytes") or [] if b is not None]
-    if not peaks or budget is None or cell.get("peak_mem_kind") != "cuda" or max(peaks) <= budget.bytes:
+    Only a peak that counts no more than a GPU would hold is held to the budget: CUDA's max allocated, and the CPU
+    tensors' peak. A CPU's RSS high-water mark also holds the allocator's cached pages (a 24 M parameter llama:
+    1.53 GiB of RSS for 0.92 GiB of tensors): the report says by how much it is above (:func:`over_by`) without
+    judging the cell by it."""
+    by, peak = over_by(cell, budget), _peak(cell)
+    if by is None or peak is None or budget is None or cell.get("peak_mem_kind") not in HELD_KINDS:
         return None
-    return f"its measured peak, {gib(max(peaks))} per rank, is above the {gib(budget.bytes)} budget"
+    return f"over budget by {gib(by)}: its measured peak, {gib(peak)} per rank, is above the {gib(budget.bytes)} budget"
 
 
 def gib(n: float) -> str:
@@ -152,14 +169,13 @@ def memory_markdown(results: dict[str, Any]) -> list[str]:
     if not rows:
         return []
     budget = results.get("memory_budget")
-    cpu = any(c.get("peak_mem_kind") not in (None, "cuda") for c in rows if c.get("peak_mem_bytes"))
+    rss = any(c.get("peak_mem_kind") not in HELD_KINDS for c in rows if c.get("peak_mem_bytes"))
     out = [f"Budget: {gib(budget['bytes'])} per rank ({budget['source']})." if budget else
            "No memory budget (`--memory-per-rank GiB` sets one).",
            "Predicted by advise's memory model for the busiest rank; measured: the peak the cell's ranks reached "
            "(see the results table's footnote for what it counts here)."
-           + (" On a CPU that peak is shown, not held to the budget, which is checked against the prediction: an "
-              "RSS high-water mark also holds the allocator's cached pages, and the tensors' peak leaves out "
-              "Horovod's fusion buffer, which only C++ holds." if cpu else ""), "",
+           + (" A CPU's RSS peak is shown, not held to the budget, which is checked against the prediction: an "
+              "RSS high-water mark also holds the allocator's cached pages." if rss else ""), "",
            "| cell | advise: states | activations | buffers | total | measured peak | verdict |",
            "|---|---|---|---|---|---|---|"]
     for cell in rows:
@@ -169,9 +185,12 @@ def memory_markdown(results: dict[str, Any]) -> list[str]:
         if cell.get("status") == "does_not_fit":
             verdict = "does not fit: not started"
         elif cell.get("over_budget"):
-            verdict = "ran, above the budget"
+            verdict = f"ran, over budget by {gib(max(peaks) - budget['bytes'])}"
         elif cell.get("status") != "ok":
             verdict = str(cell.get("status"))
+        elif budget and peaks and max(peaks) > budget["bytes"]:
+            verdict = (f"fits by advise; its {cell.get('peak_mem_kind') or 'rss'} peak is over budget by "
+                       f"{gib(max(peaks) - budget['bytes'])} (it counts cached pages too)")
         else:
             verdict = "fits" if budget else "ran"
         acts = "not counted" if mem.get("activations") is None else gib(mem["activations"])

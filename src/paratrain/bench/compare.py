@@ -7,6 +7,7 @@ comparison; Ctrl-C stops the running cell's processes and keeps what finished.
 from __future__ import annotations
 
 import datetime
+import math
 import platform
 import socket
 from collections.abc import Callable
@@ -65,7 +66,7 @@ class CompareSettings:
             from paratrain import options
 
             options.given({"precision": self.precision})
-        if self.memory_per_rank is not None and not self.memory_per_rank > 0:
+        if self.memory_per_rank is not None and not 0 < self.memory_per_rank < math.inf:
             raise ConfigError(f"--memory-per-rank {self.memory_per_rank:g} must be a positive number of GiB, e.g. 0.5")
         if self.scaling not in ("strong", "weak"):
             raise ConfigError(f'--scaling "{self.scaling}" must be strong or weak')

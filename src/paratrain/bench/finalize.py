@@ -45,7 +45,9 @@ def finalize(results: dict[str, Any]) -> None:
             if n:
                 cell["loss_max_abs_diff"] = max(abs(a - b) for a, b in zip(cell["losses"][:n], ref["losses"][:n],
                                                                             strict=True))
-        base = next((c for c in ok if c["strategy"] == cell["strategy"] and c["nproc"] == 1), ref)
+        # against one process only: a reference of several (one process did not fit) would be its own base, 50 %
+        base = next((c for c in ok if c["strategy"] == cell["strategy"] and c["nproc"] == 1),
+                    ref if ref is not None and ref["nproc"] == 1 else None)
         if base is not None and base.get("samples_per_s") and cell.get("samples_per_s"):
             cell["scaling_efficiency"] = cell["samples_per_s"] / (cell["nproc"] * base["samples_per_s"])
     disturbance.mark(results)

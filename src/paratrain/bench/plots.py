@@ -125,7 +125,25 @@ def _memory_figure(results: dict[str, Any]) -> Any:
         ax.set_title(title)
         if tagged:
             ax.set_xticks(range(len(keys)), tagged)
+    _budget_line(axes[0], results, cells)
     return layout(fig)
+
+
+def _budget_line(ax: Any, results: dict[str, Any], cells: list[dict[str, Any]]) -> None:
+    """The memory budget across the peaks, and "over by X" under each cell whose peak went above it."""
+    from paratrain.bench.budget import Budget, gib, over_by
+
+    budget = results.get("memory_budget")
+    if not budget:
+        return
+    limit = Budget(int(budget["bytes"]), str(budget.get("source", "")))
+    ax.axhline(limit.bytes / MIB, color="red", linestyle="--", linewidth=1, label=f"budget {gib(limit.bytes)}/rank")
+    labels = [t.get_text() for t in ax.get_xticklabels()] or [c["key"] for c in cells]
+    overs = [over_by(c, limit) for c in cells]
+    if any(overs):
+        ax.set_xticks(range(len(cells)), [f"{label}\nover by {gib(by)}" if by else label
+                                         for label, by in zip(labels, overs, strict=True)])
+    legend(ax)
 
 
 def plot_memory(results: dict[str, Any], out_dir: Path) -> Path:

@@ -66,7 +66,7 @@ def efficiency_base(cell: dict[str, Any], results: dict[str, Any]) -> dict[str, 
     method on one process, else the reference."""
     ok = [c for c in results.get("cells") or [] if throughput(c)]
     same = next((c for c in ok if c.get("strategy") == cell.get("strategy") and c.get("nproc") == 1), None)
-    return same or next((c for c in ok if c["key"] == results.get("reference")), None)
+    return same or next((c for c in ok if c["key"] == results.get("reference") and c.get("nproc") == 1), None)
 
 
 def efficiency_note(cell: dict[str, Any], base: dict[str, Any] | None) -> str | None:

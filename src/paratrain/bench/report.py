@@ -220,6 +220,8 @@ def reproduce_command(results: dict[str, Any]) -> str:
             cmd += [f"--{key}", str(s[key])]
     if s.get("precision") not in (None, "fp32"):
         cmd += ["--precision", str(s["precision"])]
+    if s.get("activation_checkpointing"):
+        cmd += ["--activation-checkpointing"]
     if s.get("memory_per_rank") is not None:
         cmd += ["--memory-per-rank", f"{s['memory_per_rank']:g}"]
     return shlex.join(cmd)
