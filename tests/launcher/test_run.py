@@ -164,7 +164,7 @@ def test_session_script_under_plain_torchrun_uses_ddp_not_independent_copies(tmp
 def test_user_error_in_a_single_process_script_is_one_line():
     proc = paratrain("run", "-s", "single", str(SCRIPTS / "bad_op.py"))
     assert proc.returncode == 2
-    assert 'paratrain: error (rank 0): all_reduce op "avg" is not one of' in proc.stderr
+    assert 'paratrain: error: all_reduce op "avg" is not one of' in proc.stderr
     assert "Traceback" not in proc.stderr
 
 

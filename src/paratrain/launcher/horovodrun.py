@@ -227,6 +227,9 @@ def _failure(text: str, notes: Path, exits: dict[int, int] | None = None) -> Lau
         failed = {int(match.group(1)): code, **failed}
     silent = notes_.silent_failure(notes, list(failed))
     noted = notes_.first_failure(notes)
+    refused = job.refused(notes)
+    if refused is not None and silent is None:
+        return refused
     if noted is not None and silent is None:
         own = int(noted.get("code", 1))
         return LaunchError(f"rank {noted['rank']} failed first (exit code {own}): {noted['error']}", exit_code=own)

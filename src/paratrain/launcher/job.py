@@ -210,6 +210,15 @@ def memory_note(done: Mapping[int, dict], nproc: int) -> str:
     return f"; peak memory per rank {shown} ({MEMORY_KINDS[kind]})"
 
 
+def refused(notes: Path) -> LaunchError | None:
+    """A paratrain error the ranks raised alike (notes.refusal), as the launcher's one line: its message and its exit
+    code, no rank (every launcher checks this before naming the rank that failed first)."""
+    from paratrain.launcher import notes as notes_
+
+    said = notes_.refusal(notes)
+    return None if said is None else LaunchError(str(said["error"]), exit_code=int(said.get("code", 2)))
+
+
 def gpu_count() -> int:
     """Visible CUDA devices, as torch sees them (the launcher has imported torch for a torch method)."""
     from paratrain.launcher.torch_import import load_torch

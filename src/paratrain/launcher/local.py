@@ -114,6 +114,9 @@ class Local:
         if interrupted or code == 128 + signal.SIGINT:
             raise Interrupted(interrupted or signal.SIGINT)
         if code != 0:
+            refused = job.refused(notes)  # the script's paratrain error: its worker left the line to us
+            if refused is not None and code > 0:
+                raise refused
             what = f"exit code {notes_.exit_code(code)}"
             if code < 0:
                 what += f", {notes_.signal_text(-code, notes_.finished(notes, 0))}"

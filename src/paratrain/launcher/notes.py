@@ -47,6 +47,23 @@ def first_failure(notes: Path) -> dict | None:
     return min(causes or found, key=lambda d: d["time"]) if found else None
 
 
+def refusal(notes: Path) -> dict | None:
+    """The first failure when it is a paratrain error (a ``ParatrainError`` the worker noted as ``user_error``: tp
+    or pp refusing a model, a bad option) and no rank noted another cause of its own, else None.
+
+    Such an error is raised alike by every rank that reaches it (the ranks the launcher stopped first never got to
+    say it), and its message already says what to change: the launcher says it once, as the message alone — the
+    rank it happened to hear first is noise. The workers leave the saying to the launcher (see worker.py).
+    """
+    causes = [d for d in read(notes, "failure") if not is_echo(str(d.get("error", "")))]
+    if not causes:
+        return None
+    first = min(causes, key=lambda d: d["time"])
+    if not first.get("user_error") or any(d.get("error") != first.get("error") for d in causes):
+        return None
+    return first
+
+
 def silent_failure(notes: Path, failed: list[int]) -> int | None:
     """The first of the ``failed`` ranks (in the launcher's order) that left no word: no failure note and no
     "done" — a rank killed from outside. It is the cause when the ranks that did note anything only echo its loss

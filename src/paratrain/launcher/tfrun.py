@@ -333,6 +333,9 @@ def _failure(job: _Job, notes: Path) -> LaunchError:
     silent = notes_.silent_failure(notes, failed)
     first = failed[0] if silent is None else silent
     code = job.exited[first][0]
+    refused = jobs.refused(notes)
+    if code >= 0 and refused is not None and silent is None:
+        return refused
     if code >= 0 and noted is not None and silent is None:  # a worker's own note: the cause
         own = int(noted.get("code", 1))
         return LaunchError(f"worker {noted['rank']} failed first (exit code {own}): {noted['error']}; the other "

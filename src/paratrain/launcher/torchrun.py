@@ -84,9 +84,12 @@ def _torchrun_knows(flag: str) -> bool:
 
 
 def _quiet_torchrun(verbose: bool) -> None:
+    """torchrun's agent (and torch's process contexts) log every rank they stop once one failed ("Sending process …
+    closing signal SIGTERM", "Terminating process … via signal SIGTERM"): paratrain's last line already says which
+    rank failed and why, so those lines only show with --verbose."""
     level = logging.INFO if verbose else logging.CRITICAL
     for name in list(logging.root.manager.loggerDict):
-        if name.startswith("torch.distributed"):
+        if name.startswith(("torch.distributed", "torch.multiprocessing")):
             logging.getLogger(name).setLevel(level)
 
 
@@ -134,6 +137,9 @@ def _rendezvous_failure(config: RunConfig, exc: Exception) -> LaunchError:
 
 
 def _raise_first_failure(exc, notes: Path, world_size: int) -> None:
+    refused = job.refused(notes)
+    if refused is not None:
+        raise refused from None
     rank, failure = exc.get_first_failure()
     # torchrun stops the healthy ranks with SIGTERM once one fails: those are never the cause.
     causes = {r: f for r, f in exc.failures.items() if f.exitcode != -signal.SIGTERM}

@@ -147,16 +147,20 @@ def _keep_everything() -> None:
     gc.freeze()
 
 
-def note(name: str, data: dict) -> None:
-    """Write a small JSON note for the launcher into the failures folder (if this launch has one)."""
+def note(name: str, data: dict) -> bool:
+    """Write a small JSON note for the launcher into the failures folder (if this launch has one); was it written?"""
     folder = os.environ.get(FAILURES_VAR)
     if not folder:
-        return
+        return False
     rank = os.environ.get("RANK", "0")
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))  # --max-restarts: only the last one counts
     path = os.path.join(folder, f"rank{rank}.{name}.json")
-    with contextlib.suppress(OSError), open(path, "w") as fh:  # else the launcher uses torchrun's error files
-        json.dump({"rank": int(rank), "attempt": attempt, "time": time.time(), **data}, fh)
+    try:
+        with open(path, "w") as fh:
+            json.dump({"rank": int(rank), "attempt": attempt, "time": time.time(), **data}, fh)
+    except OSError:  # the launcher uses torchrun's error files instead
+        return False
+    return True
 
 
 def _record_for_torchrun(exc: BaseException) -> None:
@@ -169,9 +173,11 @@ def _record_for_torchrun(exc: BaseException) -> None:
         get_error_handler().record_exception(exc)
 
 
-def _note_failure(summary: str, code: int = 1) -> None:
+def _note_failure(summary: str, code: int = 1, user_error: bool = False) -> bool:
+    """Note the failure for the launcher; was it noted? ``user_error``: a ParatrainError, which the launcher says
+    once for all ranks (notes.refusal)."""
     exiting.mark_failing()  # the Session's exit must not wait in a barrier for ranks that wait for us
-    note("failure", {"error": summary, "code": code})
+    return note("failure", {"error": summary, "code": code, **({"user_error": True} if user_error else {})})
 
 
 def _exit_code_of(exc: SystemExit) -> int:
@@ -289,7 +295,9 @@ def run(script: str, args: list[str]) -> int:
     down. The caller must then leave with ``os._exit`` (see the module docstring): one-process methods call this
     from the launcher's own process, so the script does not pay a second interpreter and torch import.
 
-    A ParatrainError (a user mistake, e.g. a bad option) is one line per rank, not a traceback.
+    A ParatrainError (a user mistake, e.g. a bad option, or a method refusing the model) is one line, not a
+    traceback: the launcher's, once for all ranks, when the note for it was written (every rank raises it alike);
+    else, under a launcher that reads no notes, this rank's own.
     """
     global _interrupted
     _interrupted = False
@@ -306,12 +314,13 @@ def _run_and_report(script: str, args: list[str]) -> int:
     try:
         _run_script(script, args)
     except ParatrainError as exc:
-        _note_failure(exc.one_line(), exc.exit_code)
+        noted = _note_failure(exc.one_line(), exc.exit_code, user_error=True)
         _record_for_torchrun(exc)
         if distenv.debug():
             traceback.print_exc()
-        rank = os.environ.get("RANK", "0")
-        print(f"paratrain: error (rank {rank}): {exc.one_line()}", file=sys.stderr, flush=True)
+        if not noted:  # no paratrain launcher reads the note (plain torchrun): the line is this rank's to say
+            rank = os.environ.get("RANK", "0")
+            print(f"paratrain: error (rank {rank}): {exc.one_line()}", file=sys.stderr, flush=True)
         return _wind_down(exc.exit_code)
     except SystemExit as exc:
         code = _exit_code_of(exc)
