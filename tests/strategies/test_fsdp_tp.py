@@ -4,10 +4,12 @@ two processes (one group of two); here the grid it is for, 2 × 2, and the sizes
 from __future__ import annotations
 
 import pytest
+import torch
 
 from tests.helpers.equivalence import assert_equivalent, train
-from tests.helpers.launch import EXAMPLES, SESSION_TRAIN, check, paratrain
+from tests.helpers.launch import EXAMPLES, ROOT, SESSION_TRAIN, check, paratrain
 
+TRAIN = ROOT / "src" / "paratrain" / "workloads" / "train.py"
 pytestmark = pytest.mark.multiprocess
 
 
@@ -38,3 +40,23 @@ def test_the_whole_state_dict_is_gathered_without_dtensors_note_on_every_rank():
     a user who asked for the whole model once (examples/session_train.py does, at its end)."""
     proc = check(paratrain("run", "-s", "fsdp+tp", "-n", "2", str(SESSION_TRAIN), "--steps", "3"))
     assert "sequential" not in proc.stderr, proc.stderr
+
+
+def test_no_rank_warns_that_an_in_place_op_would_drop_fsdps_pre_backward_hook(tmp_path):
+    """The split hands the head's output back through DTensor.to_local(), a view; FSDP2 warns on every rank that an
+    in-place op on a unit's view output would skip its all-gather. The strategy gives FSDP an output of its own."""
+    for script, args in ((SESSION_TRAIN, ["--steps", "3"]),
+                         (TRAIN, ["--workload", "gpt", "--steps", "2"])):
+        proc = check(paratrain("run", "-s", "fsdp+tp", "-n", "2", str(script), *args))
+        output = proc.stdout + proc.stderr
+        assert "silently drop the pre-backward hook" not in output and "returned a view tensor" not in output, output
+
+
+def test_a_view_the_scripts_own_forward_returns_is_left_to_fsdps_warning():
+    """Only views DTensor.to_local() made are copied: the script's own is its to know about."""
+    from paratrain.strategies.fsdp_tp import _own_outputs
+
+    logits = torch.randn(4, 8, requires_grad=True) * 2
+    last = logits[:, -1]
+    out = _own_outputs(torch.nn.Identity(), (), (last, {"x": logits}))
+    assert out[0] is last and out[1]["x"] is logits

@@ -23,6 +23,27 @@ from paratrain.strategies.fsdp import rebind_optimizer
 from paratrain.strategies.tp import TensorParallelStrategy, split
 
 
+def _own_outputs(_module: torch.nn.Module, _inputs: Any, output: Any) -> Any:
+    """An FSDP unit's outputs that tensor parallelism handed back as views, as tensors of their own.
+
+    The split turns a DTensor back into a plain tensor with ``DTensor.to_local()`` (the replicated head's output,
+    a row-wise layer's), and torch makes that a view of the DTensor's local tensor (``view_as``). FSDP2 registers its
+    pre-backward hook on each unit's outputs, and on a view an in-place op by the script (``out += bias``) would drop
+    that hook and skip the all-gather before backward — which torch warns about on every rank, every step ("… will
+    silently drop the pre-backward hook …"). A copy of the output (the model's logits, once per forward; the view's
+    base is freed right after, so the step's peak does not grow) removes the hazard and the warning; a view the
+    script's own forward returns is left alone, so its warning still points at the script.
+    """
+    from torch.utils._pytree import tree_map_only
+
+    return tree_map_only(torch.Tensor, _own_tensor, output)
+
+
+def _own_tensor(tensor: torch.Tensor) -> torch.Tensor:
+    made_by_to_local = type(tensor.grad_fn).__name__ == "_ToTorchTensorBackward"  # DTensor.to_local's autograd node
+    return tensor.clone() if tensor._base is not None and made_by_to_local else tensor
+
+
 @dataclass(frozen=True, kw_only=True)
 class FSDPTPOptions(StrategyOptions):
     tp: int | None = None  # ranks per tensor-parallel group (default: 2 where the processes pair up, else 1)
@@ -75,9 +96,9 @@ class FSDPTPStrategy(Strategy, BackwardSyncControl):
 
         names = split(model, self._mesh["tp"], self.device)
         dp_mesh = self._mesh["dp"]
-        for block in transformer_blocks(model):
-            fully_shard(block, mesh=dp_mesh)
-        fully_shard(model, mesh=dp_mesh)
+        for unit in [*transformer_blocks(model), model]:
+            unit.register_forward_hook(_own_outputs, prepend=True)  # before FSDP's own post-forward hook
+            fully_shard(unit, mesh=dp_mesh)
         if optimizer is not None:
             rebind_optimizer(optimizer, names, dict(model.named_parameters()))
         return model, optimizer
