@@ -54,7 +54,7 @@ def test_quiet_by_default_only_user_output_and_one_summary_line():
     proc = check(paratrain("run", "-s", "ddp", "-n", "2", str(SCRIPTS / "quiet.py")))
     assert proc.stdout.strip().splitlines() == ["hello from the main rank of 2"]
     lines = [ln for ln in proc.stderr.strip().splitlines() if ln.strip()]
-    assert len(lines) == 1 and "ddp × 2 processes" in lines[0], proc.stderr
+    assert len(lines) == 1 and "× 2 processes (CPU) finished in" in lines[0], proc.stderr
 
 
 def test_script_arguments_are_forwarded_even_when_they_look_like_ours(tmp_path):

@@ -23,6 +23,7 @@ from collections.abc import Callable, Iterator
 from types import ModuleType
 from typing import Any
 
+from paratrain.launcher import built
 from paratrain.launcher.import_hook import Execute, ImportHook
 
 Facts = dict[str, Any]
@@ -58,12 +59,13 @@ def _offloaded(config: Any) -> bool:
     return str(getattr(device, "value", device) or "none") not in ("none", "None")
 
 
-def watched(initialize: Callable[..., Any], report: Callable[[Facts], None]) -> Callable[..., Any]:
+def watched(initialize: Callable[..., Any], report: Callable[[Facts], object]) -> Callable[..., Any]:
     """``initialize`` that reports what the engine it built runs (a failure to read it never fails the script)."""
 
     @functools.wraps(initialize)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         result = initialize(*args, **kwargs)
+        built.mark(built.DEEPSPEED)  # an engine was built, the Session's or the script's (the job's last line)
         if not getattr(_local, "session", False):
             with contextlib.suppress(Exception):
                 report(engine_facts(result[0]))
@@ -85,7 +87,7 @@ def _serve_the_fast_path(engine: Any) -> None:
         notice(fastpath.turned_off_notice("deepspeed", names))
 
 
-def _watched_import(execute: Execute, module: ModuleType, report: Callable[[Facts], None]) -> None:
+def _watched_import(execute: Execute, module: ModuleType, report: Callable[[Facts], object]) -> None:
     """The import, then ``initialize`` replaced before the script can read it."""
     execute(module)
     if callable(getattr(module, "initialize", None)):
@@ -96,7 +98,7 @@ def _watched_import(execute: Execute, module: ModuleType, report: Callable[[Fact
 _hook = ImportHook("deepspeed", lambda execute, module: execute(module))
 
 
-def install(report: Callable[[Facts], None]) -> None:
+def install(report: Callable[[Facts], object]) -> None:
     """In a worker, before the script runs."""
     uninstall()
     if "deepspeed" in sys.modules:  # already imported (not in a fresh worker): wrap it now

@@ -22,7 +22,12 @@ Around = Callable[[Execute, ModuleType], None]
 
 
 class ImportHook(importlib.abc.MetaPathFinder):
-    """Finds ``name`` as Python would and runs its import through ``around``. Used once, then gone."""
+    """Finds ``name`` as Python would and runs its import through ``around``. Used once, then gone.
+
+    It is gone once the module is *executed*, not when it is first looked up: ``importlib.util.find_spec(name)``
+    — how a method checks that its package is installed (DeepSpeed's, inside the script's Session) — asks this
+    finder too, and a hook that left on that look-up missed the import that came after it.
+    """
 
     def __init__(self, name: str, around: Around) -> None:
         self.name, self.around = name, around
@@ -30,13 +35,17 @@ class ImportHook(importlib.abc.MetaPathFinder):
     def find_spec(self, name: str, path: object = None, target: object = None) -> importlib.machinery.ModuleSpec | None:
         if name != self.name:
             return None
-        self.uninstall()
-        spec = importlib.util.find_spec(name)
+        self.uninstall()  # while Python's own finders look (find_spec below would ask this one again)
+        try:
+            spec = importlib.util.find_spec(name)
+        finally:
+            self.install()
         if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
             return spec
-        execute, around = spec.loader.exec_module, self.around
+        execute, around, hook = spec.loader.exec_module, self.around, self
 
         def exec_module(module: ModuleType) -> None:
+            hook.uninstall()
             around(execute, module)
 
         # Replaced on this spec's own loader object, not the module's loader class (a deliberate method override).

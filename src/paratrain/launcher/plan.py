@@ -143,7 +143,8 @@ def _execute(plan: LaunchPlan) -> int:
         return 0  # the script did what it was written to do; the line says it was not a parallel job
     if ran is not None and ran.note:
         notice(ran.note)
-    notice(backend.ran_line(plan, done, ran.spec if ran else plan.spec, elapsed))
+    line = backend.ran_line(plan, done, ran.spec if ran else plan.spec, elapsed)
+    notice(f"{line}; {ran.aside}" if ran is not None and ran.aside else line)
     return 0
 
 

@@ -14,10 +14,11 @@ script's own moment.
 
 from __future__ import annotations
 
+import functools
 import gc
 import importlib
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from types import ModuleType
 
@@ -45,16 +46,24 @@ def load_torch() -> ModuleType:
     return sys.modules["torch"]
 
 
-def _paused(execute: Execute, module: ModuleType) -> None:
+def _paused(execute: Execute, module: ModuleType, after: Callable[[], None] | None = None) -> None:
     with collector_paused():
         execute(module)
+    if after is not None:
+        after()
 
 
 _hook = ImportHook("torch", _paused)
 
 
-def install() -> None:
-    """In a worker, before the script runs: the script's `import torch` happens with the collector paused."""
+def install(after: Callable[[], None] | None = None) -> None:
+    """In a worker, before the script runs: the script's `import torch` happens with the collector paused, and
+    ``after`` runs once it is loaded — at once when torch is already loaded (a fork of the launcher)."""
+    if "torch" in sys.modules:
+        if after is not None:
+            after()
+        return
+    _hook.around = functools.partial(_paused, after=after)
     _hook.install()
 
 

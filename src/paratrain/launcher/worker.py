@@ -66,8 +66,8 @@ from paratrain.distenv import (
     TIMEOUT_VAR,
 )
 from paratrain.errors import ParatrainError
+from paratrain.launcher import built, tf_import, tf_setup, torch_import
 from paratrain.launcher import notes as notes_
-from paratrain.launcher import tf_import, tf_setup, torch_import
 
 
 def _peak_memory() -> dict | None:
@@ -120,7 +120,8 @@ def _run_script(script: str, args: list[str]) -> None:
         args = [*args, f"--local_rank={os.environ.get('LOCAL_RANK', '0')}"]
     sys.argv = [script, *args]
     sys.path.insert(0, os.path.dirname(os.path.abspath(script)))
-    torch_import.install()  # the script's own `import torch`, when it comes, without the collector's rescans
+    # the script's own `import torch`, when it comes, without the collector's rescans; then what it builds is watched
+    torch_import.install(after=built.watch_torch)
     if os.environ.get(DEEPSPEED_WATCH_VAR) == "1":
         from paratrain.launcher import deepspeed_watch
 
@@ -233,7 +234,7 @@ def _wind_down(code: int) -> int:
     if code == 0:  # with the strategy a TensorFlow script ran under, when it imported TensorFlow (tf_setup)
         strategy = tf_setup.report()
         note("done", {**strategy, "joined": _joined_its_job() or bool(strategy.get("multi_worker")),
-                      "peak_mem": _peak_memory()})
+                      "peak_mem": _peak_memory(), "built": built.names(), "backend": built.backend()})
     with contextlib.suppress(Exception):
         _join_threads()
     atexit._run_exitfuncs()  # the script's handlers and the Session's close(), in the usual order

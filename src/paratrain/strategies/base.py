@@ -64,6 +64,7 @@ class RanAs:
 
     spec: str  # in place of the method spec on the job's last line
     note: str | None = None  # one line said first, e.g. "…; deepspeed:zero1 was not applied"
+    aside: str | None = None  # said at the end of the last line, e.g. "no DistributedDataParallel was built, …"
 
 
 _Options = TypeVar("_Options", bound="StrategyOptions")  # from_strings on a method's options class returns that class
@@ -172,6 +173,9 @@ class MethodSpec(ABC):
 
     method: ClassVar[Method | str]
     options_type: ClassVar[type[StrategyOptions]] = NoOptions
+    # The object the method is made of, as the workers note it (launcher/built.py: "ddp", "fsdp", "deepspeed"): a
+    # job in which no rank built one did not run this method (see ran_as). None: nothing to check.
+    builds: ClassVar[str | None] = None
 
     @classmethod
     @abstractmethod
@@ -187,8 +191,18 @@ class MethodSpec(ABC):
     @classmethod
     def ran_as(cls, requested: str, notes: Path) -> RanAs | None:
         """After a successful job: what it really ran, read from the workers' notes, when that is not what
-        ``requested`` (the ``--strategy`` text as the user wrote it) says; None when it is."""
-        return None
+        ``requested`` (the ``--strategy`` text as the user wrote it) says; None when it is.
+
+        By default: a method made of one kind of object (``builds``: a DistributedDataParallel, an FSDP module, a
+        DeepSpeed engine) whose object no rank built — a plain script that only all-reduces, or splits its model
+        by hand — ran what the script did (torch.distributed, or another wrapper it built itself), and only the
+        launch was the method's (:mod:`paratrain.launcher.built`)."""
+        if cls.builds is None:
+            return None
+        from paratrain.launcher import built
+
+        instead = built.launch_only(cls.builds, requested, notes)
+        return None if instead is None else RanAs(instead[0], aside=instead[1])
 
     @classmethod
     def doctor_component(cls, timeout: float) -> Any:

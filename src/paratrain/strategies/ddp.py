@@ -14,6 +14,7 @@ from paratrain.strategies.base import Availability, BackwardSyncControl, Method,
 
 class DDPStrategy(Strategy, BackwardSyncControl):
     method = Method.DDP
+    builds = "ddp"  # a DistributedDataParallel, the Session's or the script's own
 
     def __init__(self, options, env) -> None:
         super().__init__(options, env)

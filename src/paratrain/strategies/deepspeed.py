@@ -84,6 +84,7 @@ print(json.dumps({"accelerator": acc.device_name(), "backend": acc.communication
 
 class DeepSpeedStrategy(Strategy, BackwardSyncControl):
     method = Method.DEEPSPEED
+    builds = "deepspeed"  # an engine from deepspeed.initialize, the Session's or the script's own
     options_type = DeepSpeedOptions
     options: DeepSpeedOptions
     supported_precision = frozenset({"fp32", "bf16-mixed", "fp16-mixed"})
@@ -152,8 +153,8 @@ class DeepSpeedStrategy(Strategy, BackwardSyncControl):
         from paratrain.launcher import notes as notes_
 
         facts = notes_.by_rank(notes, "deepspeed")
-        if not facts:  # a Session script: paratrain's config ran, as the spec says
-            return None
+        if not facts:  # a Session script: paratrain's config ran, as the spec says — if an engine was built at all
+            return super().ran_as(requested, notes)
         ran = facts[min(facts)]
         stage, offload = int(ran["zero_stage"]), str(ran.get("offload", "none"))
         what = f"ZeRO stage {stage}" + (f", offload={offload}" if offload != "none" else "")

@@ -37,6 +37,7 @@ class FSDPOptions(StrategyOptions):
 
 class FSDPStrategy(Strategy, BackwardSyncControl):
     method = Method.FSDP
+    builds = "fsdp"  # fully_shard or FullyShardedDataParallel, the Session's or the script's own
     options_type = FSDPOptions
     options: FSDPOptions
     # bf16-mixed is the Session's autocast over fp32 shards (gathered and reduced in fp32), as under every other
