@@ -4,8 +4,9 @@
 one per optimizer step (wall time, step duration, this rank's share of the global loss, samples it processed and
 the replica it belongs to, so that ranks sharing a replica count its samples once), the
 bytes of model state the rank holds (after its first step, when gradients and optimizer state exist), values the
-script logs with :func:`log`, and a summary at close (peak memory). Without the variable every call is a no-op, so a
-normal run pays nothing — and a user's script is measured from the outside, unchanged.
+script logs with :func:`log`, and a summary at close (peak memory). Without the variable nothing is written, so a
+user's script is measured from the outside, unchanged; on a CPU, a plain ``paratrain run`` still counts its tensors'
+peak over two steps (:data:`RUN_PEAK_WINDOW`), the figure compare reports, for the job's last line.
 """
 
 from __future__ import annotations
@@ -64,8 +65,10 @@ def _status_bytes(field: str) -> int:
 
 
 def start_peak_rss() -> None:
-    """Reset the RSS high-water mark and remember the RSS now: the Session's start."""
-    global _rss_at_start
+    """Reset the RSS high-water mark and remember the RSS now: the Session's start (an earlier Session's tensor
+    peak is forgotten too)."""
+    global _rss_at_start, _current
+    _current = None
     try:
         Path("/proc/self/clear_refs").write_text("5")
         _rss_at_start = _status_bytes("VmRSS")
@@ -88,18 +91,33 @@ MEMORY_KINDS = {"cuda": "CUDA max allocated", "cpu_tensors": "CPU tensors' peak 
                 "rss_above_start": "RSS above the Session's start"}
 
 
+# On a CPU, `paratrain run` without compare counts the tensors' peak over the 2 steps after step 1 — compare's figure
+# (tensor_peak.py), so that the two commands rank methods alike. The process's RSS is no such figure: glibc keeps
+# freed activations in its heap, and torch, the method's libraries and their threads take the same hundreds of MB
+# under every method, so fsdp×2 could show more RSS than single while each of its ranks holds half the tensors.
+RUN_PEAK_WINDOW = (1, 2)
+
+
 def peak_memory() -> dict[str, Any] | None:
-    """This rank's peak, for the job's last line: CUDA's max allocated where a GPU was used, else the RSS above the
-    Session's start; None when neither was measured (a script without a Session on a CPU)."""
+    """This rank's peak, for the job's last line: CUDA's max allocated where a GPU was used; else the CPU tensors'
+    peak over the profiled steps (with the RSS above the Session's start beside it), or, when those steps never ran,
+    the RSS alone; None when nothing was measured (a script without a Session on a CPU)."""
     torch = sys.modules.get("torch")
     if torch is not None and torch.cuda.is_initialized():
         return {"kind": "cuda", "bytes": int(torch.cuda.max_memory_allocated())}
     above = peak_rss_above_start()
+    tensors = _current.cpu_tensor_peak if _current is not None else None
+    if tensors is not None:
+        return {"kind": "cpu_tensors", "bytes": tensors, "rss_above_start": above, "steps": _current.profiled_steps}
     return {"kind": "rss_above_start", "bytes": above} if above is not None else None
 
 
 class StepRecorder:
-    def __init__(self, path: Path | None, replica: int = 0) -> None:
+    """One rank's measurements. With a file (compare): steps, state, logged values, a profile and a summary. Without
+    one (``paratrain run``): only the CPU tensors' peak over ``window`` (:data:`RUN_PEAK_WINDOW`), for the job's
+    last line."""
+
+    def __init__(self, path: Path | None, replica: int = 0, window: tuple[int, int] | None = None) -> None:
         self._replica = replica  # the rank's data-parallel rank: ranks of one replica process the same samples
         self._file: IO[str] | None = path.open("a", buffering=1) if path else None
         self._last: float | None = None
@@ -108,23 +126,35 @@ class StepRecorder:
         self._state_written = False
         self._phases = dict.fromkeys(PHASES, 0.0)  # seconds in each phase of the current step
         self._forward_from: float | None = None  # when the last batch was handed out: forward runs from there
-        self._profile_at, self._profile_steps = _profile_window()
+        self._profile_at, self._profile_steps = window if window is not None else _profile_window()
+        self._peak_only = path is None  # no file: the tensors' peak is all that is measured
         self._profiler: Any = None
         self._world = 1
         self.comm_visible = True  # False: the profiler cannot see the method's collectives (Horovod's)
         self._live_at_window: int | None = None  # CPU tensor bytes alive when the profiled steps began
+        self._window_at = 0  # the step after which they began
         self._cpu_tensor_peak: int | None = None  # and their peak over those steps (tensor_peak.py)
 
     @property
     def enabled(self) -> bool:
         return self._file is not None
 
+    @property
+    def cpu_tensor_peak(self) -> int | None:
+        return self._cpu_tensor_peak
+
+    @property
+    def profiled_steps(self) -> list[int]:
+        """The steps the tensors' peak was counted over (first, last)."""
+        return [self._window_at + 1, self._window_at + self._profile_steps] if self._window_at else []
+
     @classmethod
     def from_env(cls, rank: int, replica: int | None = None) -> StepRecorder:
         global _current
         folder = os.environ.get(METRICS_VAR)
         if not folder:
-            return cls(None)
+            _current = cls(None, window=_run_window())
+            return _current
         Path(folder).mkdir(parents=True, exist_ok=True)
         _current = cls(Path(folder) / f"rank{rank}.jsonl", rank if replica is None else replica)
         return _current
@@ -163,6 +193,7 @@ class StepRecorder:
                  held: Callable[[torch.nn.Module, Any], dict[str, int]] = state_bytes) -> None:
         """``held`` counts the model state this rank holds (the strategy's own count: see Strategy.state_bytes)."""
         if self._file is None:
+            self._stop_profile(step)  # the tensors' peak of a plain run
             return
         if self._last is None:
             self._last = time.perf_counter()
@@ -195,36 +226,45 @@ class StepRecorder:
         profiler cannot see the free of a tensor allocated before it started, so the gradients freed after the
         step would count as alive in the CPU tensors' peak. ``unseen`` gives the bytes the method holds where Python
         cannot see them (DDP's buckets: Strategy.unseen_cpu_bytes)."""
-        if self._file is None or self._profile_at is None:
+        if self._profile_at is None:
             return
         if step == self._profile_at and self._profiler is None:
             import torch.distributed as dist
             from torch.profiler import ProfilerActivity, profile
 
+            from paratrain import tensor_peak
+
             self._world = dist.get_world_size() if dist.is_initialized() else 1
             import torch
 
+            if tensor_peak.profiler_in_use():  # the script's own: a second one would take its events away
+                self._profile_at = None
+                return
             cuda = torch.cuda.is_available()
             activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
             if not cuda:  # a CPU has no allocator statistics: the profiler's memory events are the count
-                from paratrain.tensor_peak import live_cpu_tensor_bytes
-
-                self._live_at_window = live_cpu_tensor_bytes() + unseen()
-            self._profiler = profile(activities=activities, record_shapes=True, profile_memory=not cuda)
-            self._profiler.__enter__()
+                self._live_at_window = tensor_peak.live_cpu_tensor_bytes() + unseen()
+                self._window_at = step
+            self._profiler = profile(activities=activities, record_shapes=not self._peak_only,
+                                     profile_memory=not cuda)
+            with tensor_peak.without_profiler_chatter():
+                self._profiler.__enter__()
             self._last = time.perf_counter()  # the next step is timed from here: opening the window is not in it
 
     def _stop_profile(self, step: int) -> None:
         if self._profile_at is None or self._profiler is None or step < self._profile_at + self._profile_steps:
             return
+        from paratrain import tensor_peak
         from paratrain.breakdown import analyse, not_measured
 
-        self._profiler.__exit__(None, None, None)
+        with tensor_peak.without_profiler_chatter():
+            self._profiler.__exit__(None, None, None)
         if self._live_at_window is not None:
-            from paratrain.tensor_peak import peak_above_window_start
-
-            above = peak_above_window_start(self._profiler)
+            above = tensor_peak.peak_above_window_start(self._profiler)
             self._cpu_tensor_peak = None if above is None else self._live_at_window + above
+        if self._peak_only:
+            self._profiler, self._profile_at = None, None
+            return
         result = analyse(self._profiler.events(), self._world, self._profile_steps)
         if not self.comm_visible:
             result = not_measured(result)
@@ -237,11 +277,14 @@ class StepRecorder:
         self.write({event: epoch, "t": time.time()})
 
     def close(self, device: torch.device | None) -> None:
+        if self._profiler is not None:  # the script ended inside the profiled window: no breakdown, no peak
+            from paratrain.tensor_peak import without_profiler_chatter
+
+            with without_profiler_chatter():
+                self._profiler.__exit__(None, None, None)
+            self._profiler, self._profile_at = None, None
         if self._file is None:
             return
-        if self._profiler is not None:  # the script ended inside the profiled window: no breakdown
-            self._profiler.__exit__(None, None, None)
-            self._profiler = None
         summary: dict[str, Any] = {"summary": True, "peak_rss_bytes": peak_rss_bytes(),
                                    "peak_rss_above_start_bytes": peak_rss_above_start(), "t": time.time()}
         if self._cpu_tensor_peak is not None:
@@ -256,6 +299,12 @@ class StepRecorder:
 
 
 _current: StepRecorder | None = None  # the recorder of this process's Session, when one is measuring
+
+
+def _run_window() -> tuple[int, int] | None:
+    """The plain run's window: on a CPU only (on a GPU, CUDA's max allocated needs none)."""
+    torch = sys.modules.get("torch")
+    return None if torch is not None and torch.cuda.is_available() else RUN_PEAK_WINDOW
 
 
 def _profile_window() -> tuple[int | None, int]:

@@ -190,24 +190,48 @@ def count(n: int, one: str, many: str | None = None) -> str:
 
 
 def processes_line(plan: LaunchPlan, done: Mapping[int, dict], spec: str, elapsed: float) -> str:
-    """``ddp × 2 processes (CPU) finished in 3.1 s; peak memory per rank 41–42 MiB (RSS above the Session's
-    start)``: what a torch launch ran, and the memory each rank's training needed, as the ranks measured it."""
+    """``fsdp × 2 processes (CPU) finished in 3.1 s; peak tensor memory per rank 95–96 MiB (…)``: what a torch
+    launch ran, and the memory each rank's training needed, as the ranks measured it."""
     where = "GPU" if gpu_count() else "CPU"
     line = f"{spec} × {count(plan.world_size, 'process', 'processes')} ({where}) finished in {elapsed:.1f} s"
     return line + memory_note(done, plan.nproc)
 
 
 def memory_note(done: Mapping[int, dict], nproc: int) -> str:
-    """``; peak memory per rank 41 MiB (…)`` when every local rank reported one of the same kind, else nothing."""
+    """``; peak tensor memory per rank 41 MiB (…)`` when every local rank reported one of the same kind, else nothing.
+
+    On a CPU the figure is compare's — the tensors' peak over two profiled steps (metrics.RUN_PEAK_WINDOW) — with the
+    process's RSS beside it, named for what it is: it also holds torch's and the method's own memory and what the
+    allocator keeps after a free, the same hundreds of MB under every method, so it cannot rank methods. The RSS
+    alone is shown, labelled so, only when no rank reached the profiled steps."""
     peaks = [p for d in done.values() if isinstance(p := d.get("peak_mem"), dict)]
     if len(peaks) != nproc or len(done) != nproc:
         return ""
     kinds = {p["kind"] for p in peaks}
     if len(kinds) != 1 or (kind := kinds.pop()) not in MEMORY_KINDS:
         return ""
-    low, high = (round(f(p["bytes"] for p in peaks) / 2**20) for f in (min, max))
-    shown = f"{low} MiB" if low == high else f"{low}–{high} MiB"
+    shown = _range([p["bytes"] for p in peaks])
+    rss = "process RSS above the Session's start, framework and allocator included"
+    if kind == "cpu_tensors":
+        steps = peaks[0].get("steps") or []
+        over = f"steps {steps[0]}–{steps[1]}, " if len(steps) == 2 else ""
+        beside = [b for p in peaks if isinstance(b := p.get("rss_above_start"), int)]
+        aside = f"; {rss}: {_range(beside)}" if len(beside) == len(peaks) else ""
+        return f"; peak tensor memory per rank {shown} ({over}compare's figure{aside})"
+    if kind == "rss_above_start":
+        return f"; peak memory per rank {shown} ({rss}; the tensors' peak needs 3 optimizer steps)"
     return f"; peak memory per rank {shown} ({MEMORY_KINDS[kind]})"
+
+
+def _range(values: list[int]) -> str:
+    """``41–42 MiB``, finer below 10 MiB (a small model's tensors)."""
+    low, high = (_mib(f(values)) for f in (min, max))
+    return low if low == high else f"{low.removesuffix(' MiB')}–{high}"
+
+
+def _mib(value: float) -> str:
+    mib = value / 2**20
+    return f"{mib:.2f} MiB" if mib < 1 else f"{mib:.1f} MiB" if mib < 10 else f"{round(mib)} MiB"
 
 
 def refused(notes: Path) -> LaunchError | None:
