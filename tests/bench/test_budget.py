@@ -130,9 +130,9 @@ def test_a_cell_measured_over_the_budget_never_reads_fits_in_table_or_plot():
     assert "over budget by 0.02 GiB" in report.results_markdown(results)
     assert results["recommendation"]["winner"] == "fsdp×2"
     pytest.importorskip("matplotlib")
-    from paratrain.bench.plots import _memory_figure
-
     import matplotlib.pyplot as plt
+
+    from paratrain.bench.plots import _memory_figure
 
     fig = _memory_figure(results)
     try:
