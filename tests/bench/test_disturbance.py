@@ -115,3 +115,25 @@ def test_a_cell_run_beside_a_cpu_burner_is_remeasured_or_flagged_and_never_recom
     write_outputs(results, tmp_path / "report")
     assert "single×1 was disturbed" in (tmp_path / "report" / "report.md").read_text()
     assert os.path.isfile(tmp_path / "cells" / "dp_1" / "run2" / "log.txt")
+
+
+def test_how_far_a_disturbed_run_fell_is_not_run_to_run_noise():
+    """The default compare with a burner beside it for 80 s: fsdp×1's first run gave 728 samples/s, its run again
+    14,953. Counted as spread, that made every difference under 97 % a tie."""
+    first, again = _cell("fsdp×1", 0.9, 728), _cell("fsdp×1", 0.0, 14953)
+    kept = disturbance.median_run([first, again], typical=0.0, cores=2, suspect=first)
+    assert kept["samples_per_s"] == 14953 and kept["repeat_samples_per_s"] == [14953]
+
+
+def test_single_and_dp_on_one_process_measure_the_machines_noise():
+    """Without two GPUs dp×1 is one plain process: single×1 and dp×1 are one computation, and how far apart they
+    landed is this run's noise. dp×1 5.6 % ahead of single×1 (measured so on a quiet run) is a tie, not a winner."""
+    results = {"env": {"cores": 2, "inventory": {"gpus": []}}, "reference": "single×1",
+               "cells": [{**_cell("single×1", 0.0, 38161), "strategy": "single"},
+                         {**_cell("dp×1", 0.0, 40293), "strategy": "dp"},
+                         {**_cell("ddp×2", 0.0, 14553, nproc=2), "strategy": "ddp"}]}
+    rec = recommend(results)
+    assert rec["winner"] == "single×1", rec
+    assert any("single×1 and dp×1, one computation here" in line for line in rec["lines"]), rec["lines"]
+    results["env"]["inventory"]["gpus"] = [{"name": "gpu"}, {"name": "gpu"}]  # dp×1 splits over two GPUs there
+    assert recommend(results)["winner"] == "dp×1"

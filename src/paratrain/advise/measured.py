@@ -46,7 +46,7 @@ def _from_run(results: dict[str, Any], params: int, world: int) -> dict[str, dic
     ref = next((c for c in cells if c["strategy"] == "single" and c["nproc"] == 1), None)
     if ref is None:
         return {}
-    tie = noise(cells)  # what compare itself calls a tie in this run
+    tie = noise(cells, results)  # what compare itself calls a tie in this run
     env = results.get("env") or {}
     found = {}
     for cell in cells:

@@ -323,10 +323,10 @@ def _run(cell: Cell, settings: CompareSettings, out_dir: Path, i: int, say: Prog
 
 
 def _row(cell: Cell, runs: list[dict[str, Any]], budget: budget_.Budget | None, typical: float | None = None,
-         cores: int | None = None) -> dict[str, Any]:
+         cores: int | None = None, suspect: dict[str, Any] | None = None) -> dict[str, Any]:
     row = {"key": cell.key, "strategy": cell.strategy, "spec": cell.normalized, "nproc": cell.nproc,
            "framework": _framework(cell), "predicted_mem": cell.predicted,
-           **disturbance.median_run(runs, typical, cores)}
+           **disturbance.median_run(runs, typical, cores, suspect)}
     row["over_budget"] = budget_.over(row, budget)
     return row
 
@@ -346,7 +346,7 @@ def _measure_suspects_again(results: dict[str, Any], measured: dict[str, tuple[C
         if row["key"] not in measured:
             continue
         cell, runs = measured[row["key"]]  # every row again: with --repeat, one of its runs may be the disturbed one
-        results["cells"][i] = _row(cell, runs, budget, typical, cores)
+        results["cells"][i] = _row(cell, runs, budget, typical, cores, runs[0] if row["key"] in again else None)
         if row["key"] in again:
             results["cells"][i]["remeasured"] = disturbance.remeasured(runs[0], results["cells"][i], cores)
             say(row["key"], results["cells"][i]["status"], results["cells"][i])

@@ -52,18 +52,20 @@ def suspects(rows: list[dict[str, Any]], cores: int | None) -> list[str]:
     return [r["key"] for r in rows if r["key"] in slow or r["key"] in loaded]
 
 
-def median_run(runs: list[dict[str, Any]], typical: float | None = None, cores: int | None = None) -> dict[str, Any]:
+def median_run(runs: list[dict[str, Any]], typical: float | None = None, cores: int | None = None,
+               suspect: dict[str, Any] | None = None) -> dict[str, Any]:
     """The run a cell reports: the median throughput of its finished runs, leaving out those other work disturbed
-    (unless every one was); its repeats and their spread for ties."""
+    (unless every one was); its repeats and their spread for ties. A ``suspect`` run that was measured again is not
+    part of that spread unless it is the run kept: how far a disturbed run fell says nothing of run-to-run noise."""
     ok = [r for r in runs if r["status"] == "ok"]
     if not ok:
         return runs[-1]
     quiet = [r for r in ok if not is_disturbed(r, typical, cores)] or ok
     quiet.sort(key=lambda r: r.get("samples_per_s") or 0.0)
-    chosen = dict(quiet[len(quiet) // 2])
+    kept = quiet[len(quiet) // 2]
+    chosen = dict(kept)
     chosen["repeats"] = len(runs)
-    chosen["repeat_samples_per_s"] = [r.get("samples_per_s") for r in sorted(ok, key=lambda r: r.get(
-        "samples_per_s") or 0.0)]
+    chosen["repeat_samples_per_s"] = [r.get("samples_per_s") for r in quiet if r is kept or r is not suspect]
     return chosen
 
 
