@@ -137,3 +137,17 @@ def test_single_and_dp_on_one_process_measure_the_machines_noise():
     assert any("single×1 and dp×1, one computation here" in line for line in rec["lines"]), rec["lines"]
     results["env"]["inventory"]["gpus"] = [{"name": "gpu"}, {"name": "gpu"}]  # dp×1 splits over two GPUs there
     assert recommend(results)["winner"] == "dp×1"
+
+
+def test_a_torch_method_on_one_process_never_beats_single_but_by_noise():
+    """A default compare on this machine recommended ddp×1 at 1.1× single×1 (the run before, single×1 won): at one
+    process DDP runs single's computation plus its reducer, so the lead was noise."""
+    results = {"env": {"cores": 2, "inventory": {"gpus": []}}, "reference": "single×1",
+               "cells": [{**_cell("single×1", 0.0, 26950), "strategy": "single"},
+                         {**_cell("ddp×1", 0.0, 30299), "strategy": "ddp"},
+                         {**_cell("ddp×2", 0.0, 14553, nproc=2), "strategy": "ddp"}]}
+    rec = recommend(results)
+    assert rec["winner"] == "single×1", rec
+    assert any(line.startswith("ddp×1 measured 1.1× single×1, but on one process") for line in rec["lines"])
+    results["cells"][2]["samples_per_s"] = 60000  # a real speed-up from a second process still wins
+    assert recommend(results)["winner"] == "ddp×2"

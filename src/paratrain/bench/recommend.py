@@ -236,7 +236,19 @@ def _simplest_of_the_fastest(candidates: list[dict[str, Any]], ref_key: str | No
         return None
     best = throughput(candidates[0]) or 0.0
     close = [c for c in candidates if (throughput(c) or 0.0) >= best * (1 - noise(candidates, results))]
-    return min(close, key=lambda c: (c.get("nproc", 1), c["key"] != ref_key, -(throughput(c) or 0.0)))
+    win = min(close, key=lambda c: (c.get("nproc", 1), c["key"] != ref_key, -(throughput(c) or 0.0)))
+    single = next((c for c in candidates if c.get("strategy") == "single" and c.get("nproc") == 1), None)
+    return single if single is not None and single_work(win, results) else win
+
+
+def single_work(cell: dict[str, Any], results: dict[str, Any]) -> bool:
+    """A torch method on one process (not single itself): it runs single's computation with its own work around it
+    (DDP's reducer, FSDP's and ZeRO's bookkeeping), so it cannot be faster than single×1 but by noise. DataParallel
+    over two or more GPUs is the exception: its one process drives them all."""
+    if cell.get("nproc") != 1 or cell.get("strategy") == "single" or cell.get("framework", "torch") != "torch":
+        return False
+    gpus = ((results.get("env") or {}).get("inventory") or {}).get("gpus") or []
+    return not (cell.get("strategy") == "dp" and len(gpus) >= 2)
 
 
 def _oversubscribed_line(cell: dict[str, Any], results: dict[str, Any]) -> str:
@@ -295,7 +307,11 @@ def recommend(results: dict[str, Any]) -> dict[str, Any]:
     if win is not None:
         lines.append(_winner_line(win, base, len(ok) - 1))
         fastest = max(candidates, key=lambda c: throughput(c) or 0.0)
-        if fastest is not win:
+        if fastest is not win and single_work(fastest, results) and win.get("strategy") == "single":
+            lines.append(f"{fastest['key']} measured {_x(throughput(fastest) / throughput(win))} {win['key']}, but on "
+                         "one process it runs single's computation with its own work around it, so that lead is "
+                         f"this machine's noise: a tie, so the simpler {win['key']} is recommended.")
+        elif fastest is not win:
             lines.append(f"{fastest['key']} measured {_x(throughput(fastest) / throughput(win))} {win['key']}, within "
                          f"run-to-run noise (±{noise(candidates, results) * 100:.0f} %, "
                          f"{_noise_source(candidates, results)}): a tie, so the simpler "
