@@ -309,7 +309,7 @@ def recommend(results: dict[str, Any]) -> dict[str, Any]:
         fastest = max(candidates, key=lambda c: throughput(c) or 0.0)
         if fastest is not win and single_work(fastest, results) and win.get("strategy") == "single":
             lines.append(f"{fastest['key']} measured {_x(throughput(fastest) / throughput(win))} {win['key']}, but on "
-                         "one process it runs single's computation with its own work around it, so that lead is "
+                         "one process it runs single's computation, plus any work of its own, so that lead is "
                          f"this machine's noise: a tie, so the simpler {win['key']} is recommended.")
         elif fastest is not win:
             lines.append(f"{fastest['key']} measured {_x(throughput(fastest) / throughput(win))} {win['key']}, within "
