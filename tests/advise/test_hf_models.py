@@ -118,3 +118,10 @@ def test_the_header_names_the_configs_context_only_when_no_seq_len_was_given(cap
     header = capsys.readouterr().out.splitlines()[0]
     assert "(--seq-len defaults to the config's longest context, 131072)" in header, header
     assert "sequence 131072" in header, header
+
+
+def test_a_config_path_without_its_prefix_is_told_the_prefix():
+    """`--model path/config.json` was "unknown model preset" with the preset list: it names the hf: spelling now."""
+    with pytest.raises(ConfigError, match=r"given as hf:PATH") as refused:
+        models.from_preset("llama/config.json")
+    assert "use --model hf:llama/config.json" in refused.value.one_line()

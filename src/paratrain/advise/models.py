@@ -133,6 +133,9 @@ def from_params(count: float) -> ModelSpec:
 
 def from_preset(name: str) -> ModelSpec:
     found = PRESETS.get(name.lower())
+    if found is None and name.endswith(".json"):  # a Hugging Face config given without its prefix
+        raise ConfigError(f'--model "{name}" is not a preset; a Hugging Face config is given as hf:PATH',
+                          hint=f"use --model hf:{name}")
     if found is None:
         raise ConfigError(f'unknown model preset "{name}" (presets: {", ".join(PRESETS)}).'
                           f"{did_you_mean(name.lower(), PRESETS)}",
