@@ -9,8 +9,11 @@ about 40 ms of start-up, and most of them never print through it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import tempfile
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -86,3 +89,25 @@ def user_print(*args: object, **kwargs: object) -> None:
     kwargs.setdefault("flush", True)
     print(*args, **kwargs)
     sys.stdout.flush()
+
+
+@contextlib.contextmanager
+def stderr_without(noise: Callable[[bytes], bool]) -> Iterator[None]:
+    """Run the block with the process's stderr (file descriptor 2, where C++ libraries write) in a temporary file,
+    then pass on every line of it but those ``noise`` names: a library's start-up chatter goes, a user's line stays."""
+    with contextlib.suppress(Exception):
+        sys.stderr.flush()
+    saved = os.dup(2)
+    with tempfile.TemporaryFile() as held:
+        os.dup2(held.fileno(), 2)
+        try:
+            yield
+        finally:
+            with contextlib.suppress(Exception):
+                sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            held.seek(0)
+            kept = [line for line in held.read().splitlines(keepends=True) if not noise(line)]
+            if kept:
+                os.write(2, b"".join(kept))

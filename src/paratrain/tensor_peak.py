@@ -23,11 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import os
-import sys
-import tempfile
 import warnings
-from collections.abc import Iterator
 from typing import Any
 
 # What Kineto (the profiler's engine) prints to the process's stderr, from C++, each time a profiler starts and stops
@@ -44,27 +40,11 @@ def profiler_in_use() -> bool:
     return bool(torch.autograd._profiler_enabled())
 
 
-@contextlib.contextmanager
-def without_profiler_chatter() -> Iterator[None]:
-    """Start or stop a profiler without Kineto's lines: the process's stderr (file descriptor 2, where C++ writes)
-    goes to a temporary file meanwhile, and everything else written there is passed on when the block ends."""
-    with contextlib.suppress(Exception):
-        sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as caught:
-        os.dup2(caught.fileno(), 2)
-        try:
-            yield
-        finally:
-            with contextlib.suppress(Exception):
-                sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            caught.seek(0)
-            kept = [line for line in caught.read().splitlines(keepends=True)
-                    if not line.startswith(KINETO_CHATTER) and DISRUPTED not in line]
-            if kept:
-                os.write(2, b"".join(kept))
+def without_profiler_chatter() -> contextlib.AbstractContextManager[None]:
+    """Start or stop a profiler without Kineto's lines; everything else written to stderr meanwhile is passed on."""
+    from paratrain.console import stderr_without
+
+    return stderr_without(lambda line: line.startswith(KINETO_CHATTER) or DISRUPTED in line)
 
 
 def live_cpu_tensor_bytes() -> int:

@@ -28,11 +28,9 @@ import contextlib
 import functools
 import os
 import re
-import sys
-import tempfile
-from collections.abc import Iterator
 from types import ModuleType
 
+from paratrain.console import stderr_without
 from paratrain.launcher import tf_setup
 from paratrain.launcher.import_hook import Execute, ImportHook
 
@@ -61,25 +59,9 @@ def without_noise(text: bytes) -> bytes:
     return b"".join(line for line in text.splitlines(keepends=True) if not is_noise(line))
 
 
-@contextlib.contextmanager
-def quiet_stderr() -> Iterator[None]:
+def quiet_stderr() -> contextlib.AbstractContextManager[None]:
     """Run the block with fd 2 in a temporary file, then write what it held back to stderr, less the noise."""
-    with contextlib.suppress(Exception):
-        sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile() as held:
-        os.dup2(held.fileno(), 2)
-        try:
-            yield
-        finally:
-            with contextlib.suppress(Exception):
-                sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            held.seek(0)
-            kept = without_noise(held.read())
-            if kept:
-                os.write(2, kept)
+    return stderr_without(is_noise)
 
 
 def _set_up(execute: Execute, module: ModuleType, quiet: bool) -> None:
