@@ -26,7 +26,9 @@ a bundled workload (mlp, cnn, gpt; sized with --width/--depth as in compare) or 
 meta device, nothing allocated; return (module, example_inputs) to count activations too). The hardware:
 --gpus (per node), --gpu-mem (GiB), --nodes, --interconnect; on a GPU machine, what is not given comes from this
 machine (`paratrain gpus`). Memory is counted the ZeRO paper's way (mixed precision: 16-bit parameters and
-gradients, fp32 master weights in the optimizer share); 90 % of a GPU's memory counts as usable.
+gradients, fp32 master weights in the optimizer share); 90 % of a GPU's memory counts as usable. --simulate also
+runs one step of the model's own code under each torch method on fake tensors (nothing allocated, a fake process
+group of the target size) and shows that peak beside the formula's.
 
 Examples:
 
@@ -162,6 +164,9 @@ def advise(
     framework: str = typer.Option("torch", "--framework", help="torch or tensorflow: the methods to rank."),
     db: Path = typer.Option(None, "--db", help="Run history to read measurements from (default: compare's)."),
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
+    simulate: bool = typer.Option(False, "--simulate", help="Also run one training step of the model (--model) under "
+                                  "each torch method on fake tensors at this world size: its simulated peak per GPU "
+                                  "beside the formula's (docs/advise.md)."),
 ) -> None:
     from paratrain.advise import hardware, measured, memory, methods, models, recommend
 
@@ -180,10 +185,16 @@ def advise(
                        checkpointing=checkpointing)
     result = recommend.advise(spec, hw, plan, framework=framework,
                               measured=measured.measurements(spec.params, hw.world, db))
+    if simulate:  # the model's own code, stepped on fake tensors (advise/simulate.py)
+        from paratrain.advise import simulate as sim, simulate_models
+
+        sim.attach(result, simulate_models.trainable(model, width, depth), plan)
     if json_out:
         print_json(result)
     else:
         _render(result)
+        if simulate:
+            sim.render(result)
 
 
 def register(app: typer.Typer) -> None:
