@@ -6,15 +6,22 @@ and hand back fp32 outputs, so a loss computed outside the model is computed in 
 ``fp16-mixed`` adds a gradient scaler (fp16's range is too small for small gradients). ``bf16-true`` casts the
 model itself, and floating inputs with it.
 
+Under the sharded methods (fsdp, fsdp+tp; DeepSpeed ZeRO in its own engine) bf16-mixed is the anchors' mixed
+precision instead (:func:`sharded_policy`): fp32 shards, master weights and optimizer state, 16-bit parameters
+gathered and computed with, gradients reduced in fp32 — half the gathered bytes and half the gathered memory of
+gathering the fp32 shards. The autocast above stays on around it, for the tensors the policy does not cast.
+
 A method whose engine runs autocast itself (DeepSpeed's ``torch_autocast``, which disables any autocast around its
 forward) lists the precision in ``Strategy.native_precision``: then only the fp32 outputs and the fast-path guard
 are added here, and the engine keeps its own scaler.
 
-Why autocast with fp32 weights everywhere, and not a method's 16-bit weights (FSDP2's ``MixedPrecisionPolicy``,
-DeepSpeed's ``bf16`` mode): those cast the parameters but not the buffers (nor tensors the forward makes), so an
-fp32 buffer such as a sinusoidal position table turns the activations fp32, and the next LayerNorm, whose weights
-are bf16, fails on a CPU ("mixed dtype (CPU): expect parameter to have scalar type of Float"); and they compute
-LayerNorm, softmax and the residual stream in bf16, a different training from the other methods'.
+Why the replicated methods keep fp32 weights under autocast: their weights are never gathered, so 16-bit copies
+would save no traffic, and autocast keeps the norms, softmax and residual stream in fp32. Why the sharded methods'
+16-bit parameters need two guards: a policy casts the parameters but not the buffers (nor tensors the forward makes),
+so an fp32 buffer such as a sinusoidal position table turns the activations fp32 — the autocast around the model
+casts them back to 16 bits where a matrix multiply reads them, and :func:`match_norm_inputs` where a LayerNorm, whose
+weights are 16-bit now, reads them (torch's CPU kernel refuses an fp32 input with bf16 weights: "mixed dtype (CPU):
+expect parameter to have scalar type of Float").
 """
 
 from __future__ import annotations
@@ -79,6 +86,39 @@ def apply(model: torch.nn.Module, precision: str, device: torch.device, *, autoc
                 out = original(*args, **kwargs)
             return tree_map(to_fp32, out)
     model.forward = forward
+
+
+NORMS = (torch.nn.LayerNorm, torch.nn.GroupNorm)
+
+
+def _input_as_weight(module: torch.nn.Module, args: tuple) -> tuple | None:
+    weight = getattr(module, "weight", None)
+    if weight is None or not args or not isinstance(args[0], torch.Tensor) or args[0].dtype == weight.dtype:
+        return None
+    return (args[0].to(weight.dtype), *args[1:])
+
+
+def match_norm_inputs(model: torch.nn.Module) -> int:
+    """Hand each LayerNorm/GroupNorm its input in its weights' dtype (a no-op when they agree); returns how many."""
+    norms = [m for m in model.modules() if isinstance(m, NORMS)]
+    for norm in norms:
+        norm.register_forward_pre_hook(_input_as_weight)
+    return len(norms)
+
+
+def sharded_policy(model: torch.nn.Module, precision: str, mode: str = "params") -> Any:
+    """FSDP2's ``MixedPrecisionPolicy`` for ``precision`` under a sharded method, or None (fp32 shards gathered).
+
+    bf16-mixed with ``mode="params"`` (the default): bf16 parameters gathered and computed with, gradients reduced
+    and kept in fp32, as torchtitan trains. ``mode="autocast"`` gathers the fp32 shards and lets autocast cast each
+    weight as it is used: twice the bytes gathered and held per unit, kept as a named option for a model whose
+    16-bit parameters misbehave."""
+    if precision != "bf16-mixed" or mode == "autocast":
+        return None
+    from torch.distributed.fsdp import MixedPrecisionPolicy
+
+    match_norm_inputs(model)
+    return MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
 
 
 def scaler(precision: str, device: torch.device, *, native: bool = False) -> torch.amp.GradScaler | None:

@@ -20,14 +20,32 @@ def _state(spec: str, model: models.ModelSpec, plan: memory.Plan) -> int:
 
 
 def test_zero_paper_table():
-    """Rajbhandari et al. 2020, Table 1: 7.5B parameters, 64 GPUs, mixed-precision Adam (K = 12)."""
+    """Rajbhandari et al. 2020, Table 1: 7.5B parameters, 64 GPUs, mixed-precision Adam (K = 12) — DeepSpeed's bf16
+    mode, which keeps 16-bit weights and gradients. DDP under autocast holds fp32 weights and gradients: 4 + 4 + 8
+    bytes, the paper's 16Ψ too."""
     model = models.from_params(7.5e9)
-    plan = memory.Plan(ranks=64, precision="fp16-mixed", optimizer="adam")
+    plan = memory.Plan(ranks=64, precision="bf16-mixed", optimizer="adam")
     expected = {"ddp": 120, "deepspeed:zero1": 31.4, "deepspeed:zero2": 16.6, "deepspeed:zero3": 1.9}
     for spec, gb in expected.items():
         assert round(_state(spec, model, plan) / GB, 1) == gb, spec
-    # the same layout at rest, but for the one 4-byte step counter of DeepSpeed's flat optimizer group
-    assert _state("deepspeed:zero3", model, plan) - _state("fsdp", model, plan) == memory.ADAM_STEP_BYTES
+    # FSDP's mixed precision keeps fp32 shards (and gathers bf16 copies): its state at rest is fp32 training's
+    fp32 = memory.Plan(ranks=64, optimizer="adam")
+    assert _state("fsdp", model, plan) == _state("fsdp", model, fp32)
+
+
+def test_sixteen_bit_layouts_under_bf16_mixed():
+    """What each method holds and sends per element under bf16-mixed (fp16-mixed is autocast everywhere)."""
+    model = models.from_params(1e6)
+    for spec, state, wire, autocast in (("ddp", 16, (4, 4), True), ("fsdp", 16, (2, 4), False),
+                                        ("deepspeed:zero2", 16, (2, 4), False), ("deepspeed:zero0", 16, (4, 4), True),
+                                        ("tp", 16, (4, 4), True)):
+        sharding = get(spec).sharding
+        plan = memory.Plan(ranks=1, precision="bf16-mixed", optimizer="adam")
+        held = memory.rank_memory(model, sharding, plan)
+        assert round((held.state - (memory.ADAM_STEP_BYTES if spec != "fsdp" else 0)) / 1e6) == state, spec
+        assert memory.wire_bytes(sharding, "bf16-mixed") == wire, spec
+        assert memory.wire_bytes(sharding, "fp16-mixed") == (4, 4), spec
+        assert memory.computes_under_autocast(sharding, "bf16-mixed") is autocast, spec
 
 
 def test_deepspeed_keeps_an_fp32_master_copy_even_in_fp32():
@@ -109,7 +127,9 @@ def test_optimizer_bytes_per_parameter():
         assert memory.rank_memory(spec, get("ddp").sharding, memory.Plan(ranks=1, optimizer=opt)).optimizer == \
             per * 1000
     mixed = memory.rank_memory(spec, get("ddp").sharding, memory.Plan(ranks=1, precision="bf16-mixed"))
-    assert (mixed.params, mixed.grads, mixed.optimizer) == (2000, 2000, 12000)
+    assert (mixed.params, mixed.grads, mixed.optimizer) == (4000, 4000, 8000)  # autocast over fp32 weights
+    zero1 = memory.rank_memory(spec, get("deepspeed:zero1").sharding, memory.Plan(ranks=1, precision="bf16-mixed"))
+    assert (zero1.params, zero1.grads, zero1.optimizer - 4) == (2000, 2000, 12000)  # bf16 weights, fp32 master
 
 
 def test_checkpointing_and_precision_shrink_activations():

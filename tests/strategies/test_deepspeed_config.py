@@ -1,5 +1,6 @@
-"""The precision part of the DeepSpeed config paratrain writes: mixed precision is DeepSpeed's torch_autocast (fp32
-weights, fp32 gradient reduction), never its bf16/fp16 weight modes; a user's JSON that says the same is accepted.
+"""The precision part of the DeepSpeed config paratrain writes: bf16-mixed under ZeRO 1-3 is DeepSpeed's bf16 mode
+(bf16 weights, fp32 master weights, gradients reduced in fp32) inside its torch_autocast; ZeRO-0, fp16-mixed and
+``mixed=autocast`` are torch_autocast over fp32 weights; a user's JSON that says the same is accepted.
 In-process: the config is built and checked by DeepSpeed's own parser, nothing is started."""
 
 from __future__ import annotations
@@ -16,18 +17,23 @@ if os.environ.get("CI") != "true":  # in CI it must be there (make test installs
     pytest.importorskip("deepspeed")
 
 
-def _build(precision: str, user: dict | None = None) -> dict:
-    config = ds_config.build(3, "none", user or {}, TrainOptions(precision=precision))
+def _build(precision: str, user: dict | None = None, stage: int = 3, mixed: str = "params") -> dict:
+    config = ds_config.build(stage, "none", user or {}, TrainOptions(precision=precision), mixed)
     ds_config.validate(config)
     return config
 
 
-@pytest.mark.parametrize(("precision", "dtype"), [("bf16-mixed", "bfloat16"), ("fp16-mixed", "float16")])
-def test_mixed_precision_is_deepspeeds_autocast_over_fp32_weights(precision, dtype):
-    config = _build(precision)
+@pytest.mark.parametrize(("precision", "dtype", "stage", "mixed", "weights"), [
+    ("bf16-mixed", "bfloat16", 3, "params", True), ("bf16-mixed", "bfloat16", 1, "params", True),
+    ("bf16-mixed", "bfloat16", 0, "params", False), ("bf16-mixed", "bfloat16", 2, "autocast", False),
+    ("fp16-mixed", "float16", 3, "params", False)])
+def test_bf16_mixed_under_zero_holds_bf16_weights_inside_deepspeeds_autocast(precision, dtype, stage, mixed, weights):
+    config = _build(precision, stage=stage, mixed=mixed)
     assert config["torch_autocast"] == {"enabled": True, "dtype": dtype, "lower_precision_safe_modules": []}
-    assert not config["bf16"]["enabled"] and not config["fp16"]["enabled"]
+    assert config["bf16"]["enabled"] is weights and not config["fp16"]["enabled"]
+    assert config.get("communication_data_type") == ("fp32" if weights else None)  # gradients reduced in fp32
     assert _build("fp32")["torch_autocast"] == {"enabled": False}
+    assert not _build("fp32")["bf16"]["enabled"]
 
 
 def test_a_json_saying_the_same_precision_is_accepted_and_its_tuning_kept():

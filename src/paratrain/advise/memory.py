@@ -2,8 +2,10 @@
 
 The accounting is the ZeRO paper's (Rajbhandari et al. 2020): with Ψ parameters, mixed-precision Adam holds 2Ψ
 of 16-bit parameters, 2Ψ of 16-bit gradients and KΨ = 12Ψ of fp32 master weights, momentum and variance; ZeRO
-stage 1 divides K by N ranks, stage 2 the gradients too, stage 3 everything. FSDP's ``full``/``grad_op`` shard
-like stage 3 / stage 2 at rest. When the module's shapes are known the split is exact per rank, in the layout each
+stage 1 divides K by N ranks, stage 2 the gradients too, stage 3 everything. That is DeepSpeed's bf16 mode; under
+bf16-mixed each method holds what it runs (``Sharding.sixteen_bit``, :func:`element_bytes`): the replicated
+methods keep fp32 weights under autocast, FSDP keeps fp32 shards and gathers bf16 copies. FSDP's
+``full``/``grad_op`` shard like stage 3 / stage 2 at rest. When the module's shapes are known the split is exact per rank, in the layout each
 method really uses, so the figures equal what `compare` measures on real runs byte for byte
 (``tests/advise/test_calibration.py``, ``tests/strategies/test_deepspeed.py``):
 - ``chunk`` (FSDP2): each parameter cut along its first dimension the way ``torch.chunk`` cuts it;
@@ -42,7 +44,7 @@ class Plan:
     seq_len: int | None = None
     precision: str = "fp32"
     optimizer: str = "adamw"
-    checkpointing: bool = False
+    checkpointing: bool | str = False  # False (none) or a mode of paratrain/ac_modes.py; True: full
 
 
 @dataclass
@@ -71,13 +73,34 @@ class RankMemory:
                 "activations": self.activations, "buffers": self.buffers, "host": self.host, "total": self.total}
 
 
-def element_bytes(precision: str, optimizer: str) -> tuple[int, int, int]:
-    """(parameter, gradient, optimizer) bytes per parameter. Mixed precision keeps fp32 master weights in the
-    optimizer's share, as the ZeRO paper counts them."""
+def element_bytes(precision: str, optimizer: str, sixteen_bit: str = "") -> tuple[int, int, int]:
+    """(parameter, gradient, optimizer) bytes per parameter held at rest. Only a method whose weights are 16-bit
+    under mixed precision (``sixteen_bit="weights"``: DeepSpeed's bf16 mode) holds 2 + 2 bytes, with fp32 master
+    weights in the optimizer's share as the ZeRO paper counts them; autocast over fp32 weights and FSDP's fp32
+    shards hold what fp32 training holds."""
     states = _STATES[optimizer]
-    if precision == "fp32":
-        return 4, 4, 4 * states
-    return 2, 2, 4 + 4 * states
+    if precision in AUTOCAST and sixteen_bit == "weights" and precision == "bf16-mixed":
+        return 2, 2, 4 + 4 * states
+    return 4, 4, 4 * states
+
+
+def sixteen_bit(sharding: Sharding, precision: str) -> str:
+    """How a method holds its weights under ``precision`` (see ``Sharding.sixteen_bit``): only bf16-mixed changes a
+    sharded method's layout; fp16-mixed is autocast over fp32 weights everywhere."""
+    return sharding.sixteen_bit if precision == "bf16-mixed" else ""
+
+
+def wire_bytes(sharding: Sharding, precision: str) -> tuple[int, int]:
+    """(parameter, gradient) bytes per element sent: 16-bit parameters gathered by the sharded methods under
+    bf16-mixed, gradients reduced in fp32 by every method paratrain runs."""
+    mode = sixteen_bit(sharding, precision)
+    return (2 if mode else 4), 4
+
+
+def computes_under_autocast(sharding: Sharding, precision: str) -> bool:
+    """Whether the forward computes with 16-bit copies autocast makes of fp32 weights (and keeps an fp32 residual
+    stream): every method under the mixed precisions but those that hold or gather 16-bit weights."""
+    return precision in AUTOCAST and not sixteen_bit(sharding, precision)
 
 
 # Units' worth of unsharded tensors FSDP2 holds in backward: the unit computing, the next one prefetched, the unit's
@@ -144,14 +167,16 @@ def _largest_unit(model: ModelSpec) -> float:
     return max(per_layer, arch.vocab * arch.hidden)
 
 
-def _activation_bytes(model: ModelSpec, plan: Plan, notes: list[str], tp: int = 1) -> int | None:
+def _activation_bytes(model: ModelSpec, plan: Plan, notes: list[str], tp: int = 1,
+                      sharding: Sharding | None = None) -> int | None:
     elem = 4 if plan.precision == "fp32" else 2
+    autocast = computes_under_autocast(sharding or Sharding(), plan.precision)
     if model.transformer is not None:
         arch = model.transformer
         if plan.seq_len and plan.seq_len != arch.seq_len:
             arch = type(arch)(**{**arch.__dict__, "seq_len": plan.seq_len})
         return activations.activation_bytes(arch, plan.micro_batch, elem, checkpointing=plan.checkpointing,
-                                            autocast=plan.precision in AUTOCAST, tp=tp)
+                                            autocast=autocast, tp=tp)
     if model.activation_bytes is not None and model.activation_batch:
         scale = plan.micro_batch / model.activation_batch * (elem / 4)
         if plan.checkpointing:
@@ -161,7 +186,7 @@ def _activation_bytes(model: ModelSpec, plan: Plan, notes: list[str], tp: int = 
     return None
 
 
-def tensor_parallel_memory(model: ModelSpec, plan: Plan) -> RankMemory:
+def tensor_parallel_memory(model: ModelSpec, plan: Plan, sharding: Sharding | None = None) -> RankMemory:
     """Tensor parallelism over ``plan.ranks``: the split layers' parameters, gradients and optimizer state divided
     evenly (paratrain refuses an uneven split), the rest whole on every rank, every tensor a DTensor with its own
     Adam step count; the activations inside the split divided too, for the micro-batch every rank computes."""
@@ -174,21 +199,30 @@ def tensor_parallel_memory(model: ModelSpec, plan: Plan) -> RankMemory:
     held = model.params - split + split / plan.ranks
     steps = ADAM_STEP_BYTES * len(model.shapes or ()) if plan.optimizer in ("adam", "adamw") else 0
     out.params, out.grads, out.optimizer = round(held * p_b), round(held * g_b), round(held * o_b) + steps
-    out.activations = _activation_bytes(model, plan, out.notes, tp=plan.ranks if model.split_elements else 1)
+    out.activations = _activation_bytes(model, plan, out.notes, tp=plan.ranks if model.split_elements else 1,
+                                        sharding=sharding)
     return out
 
 
-def fsdp_tp_memory(model: ModelSpec, plan: Plan, tp: int) -> RankMemory:
+def fsdp_tp_memory(model: ModelSpec, plan: Plan, tp: int, sharding: Sharding | None = None) -> RankMemory:
     """FSDP + TP: tensor parallelism within groups of ``tp`` ranks (:func:`tensor_parallel_memory` at ``tp``), and the
     groups' slices sharded by FSDP across the ``plan.ranks / tp`` groups, each block gathered while it computes
     (FSDP_UNITS_HELD of them, each a tp slice)."""
     rows = max(1, plan.ranks // tp)
-    out = tensor_parallel_memory(model, replace(plan, ranks=tp))
+    mode = sixteen_bit(sharding, plan.precision) if sharding is not None else ""
+    out = tensor_parallel_memory(model, replace(plan, ranks=tp), sharding)
     out.params, out.grads, out.optimizer = (math.ceil(x / rows) for x in (out.params, out.grads, out.optimizer))
     if rows > 1:
-        p_b, _, _ = element_bytes(plan.precision, plan.optimizer)
-        out.buffers += round(FSDP_UNITS_HELD * _largest_unit(model) / tp * p_b)
+        out.buffers += round(_largest_unit(model) / tp * unit_bytes(mode))
     return out
+
+
+def unit_bytes(mode: str) -> int:
+    """Bytes per element of one FSDP unit that FSDP_UNITS_HELD units' worth of unsharded tensors take: the units'
+    parameters and gradients in the dtype the forward computes with (bf16 under FSDP's mixed-precision policy), and
+    the reduce-scatter input in the reduction dtype (fp32 under every precision paratrain runs)."""
+    compute = 2 if mode == "gathered" else 4
+    return (FSDP_UNITS_HELD - 1) * compute + 4
 
 
 def pipeline_chunks(stages: int) -> int:
@@ -241,12 +275,13 @@ def pipeline_memory(model: ModelSpec, plan: Plan, schedule: str) -> RankMemory:
 def rank_memory(model: ModelSpec, sharding: Sharding, plan: Plan, rank: int = 0) -> RankMemory:
     """The bytes rank ``rank`` holds under one method. Rank 0 holds the largest piece of every shard."""
     if sharding.tensor_parallel and sharding.tp_size:
-        return fsdp_tp_memory(model, plan, sharding.tp_size)
+        return fsdp_tp_memory(model, plan, sharding.tp_size, sharding)
     if sharding.tensor_parallel:
-        return tensor_parallel_memory(model, plan)
+        return tensor_parallel_memory(model, plan, sharding)
     if sharding.pipeline:
         return pipeline_memory(model, plan, sharding.pipeline)
-    p_b, g_b, o_b = element_bytes(plan.precision, plan.optimizer)
+    mode = sixteen_bit(sharding, plan.precision)
+    p_b, g_b, o_b = element_bytes(plan.precision, plan.optimizer, mode)
     if sharding.master and plan.precision == "fp32":
         o_b += 4
     n, layout = plan.ranks, sharding.layout
@@ -265,15 +300,17 @@ def rank_memory(model: ModelSpec, sharding: Sharding, plan: Plan, rank: int = 0)
         moved = getattr(out, part)
         out.host += moved
         setattr(out, part, 0)
-    out.activations = _activation_bytes(model, plan, out.notes)
-    if sharding.gathered == "all":
+    out.activations = _activation_bytes(model, plan, out.notes, sharding=sharding)
+    if sharding.gathered == "all" and mode == "gathered":  # a bf16 copy of every parameter, beside the fp32 shards
+        out.buffers += round(model.params * 2)
+    elif sharding.gathered == "all":
         out.buffers += round(model.params * p_b) - (out.params if "params" not in sharding.offload else 0)
     elif sharding.gathered == "reused":  # gathered into buffers of their own, beside the partition: even on one rank
         kept = min(model.params, ZERO3_MAX_REUSE_DISTANCE // 2)
         out.buffers += round(max(kept, 2 * _largest_unit(model)) * p_b)
     elif sharding.gathered == "unit" and n > 1:  # see FSDP_UNITS_HELD
         unit = _largest_unit(model)
-        out.buffers += round(FSDP_UNITS_HELD * unit * p_b)
+        out.buffers += round(unit * unit_bytes(mode))
         if not unit:
             out.notes.append("FSDP's gathered unit not counted (architecture unknown)")
     if sharding.buckets:  # DDP builds its reducer, buckets included, at one process too (ddp×1: +1.1 MiB)

@@ -17,6 +17,7 @@ import itertools
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from paratrain import ac_modes
 from paratrain.advise import comm, memory
 from paratrain.advise.memory import USABLE
 from paratrain.advise.methods import MethodModel, all_methods
@@ -86,7 +87,7 @@ class Row:
 def _row(model: ModelSpec, m: MethodModel, hw: Hardware, plan: memory.Plan, framework: str) -> Row:
     ranks = 1 if m.spec == "single" else (hw.gpus if m.one_process else hw.world)
     mem = memory.rank_memory(model, m.sharding, replace(plan, ranks=ranks))
-    p_b, g_b, _ = memory.element_bytes(plan.precision, plan.optimizer)
+    p_b, g_b = memory.wire_bytes(m.sharding, plan.precision)
     outputs = block_io = 0
     if model.transformer is not None:
         arch = model.transformer
@@ -310,7 +311,7 @@ def _what_would_fit(model: ModelSpec, hw: Hardware, plan: memory.Plan, framework
     tips = []
     variants = [("", plan)]
     if not plan.checkpointing:
-        variants.append(("activation checkpointing (--checkpointing)", replace(plan, checkpointing=True)))
+        variants.append(("activation checkpointing (--checkpointing)", replace(plan, checkpointing="full")))
     if plan.precision == "fp32":
         variants.append(("--precision bf16-mixed", replace(plan, precision="bf16-mixed")))
     for change, variant in variants:
@@ -347,7 +348,7 @@ def advise(model: ModelSpec, hw: Hardware, plan: memory.Plan, *, framework: str 
                  "interconnect": {"name": hw.link.name, "gbps": hw.link.gbps}, "precision": plan.precision,
                  "optimizer": plan.optimizer, "micro_batch": plan.micro_batch,
                  "seq_len": plan.seq_len or (model.transformer.seq_len if model.transformer else None),
-                 "checkpointing": plan.checkpointing, "framework": framework},
+                 "checkpointing": ac_modes.parse(plan.checkpointing), "framework": framework},
         "methods": [r.to_json() for r in rows],
         "recommendation": [r.model.spec for r in ranked],
         "reasons": {r.model.spec: r.reason for r in rows},

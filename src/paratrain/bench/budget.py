@@ -19,6 +19,7 @@ Session start where a cell was not profiled (``peak_mem_kind``).
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass
 from functools import cache
@@ -66,7 +67,7 @@ def _model(workload: str, width: int | None, depth: int | None) -> ModelSpec:
 
 
 def predict(spec: str, nproc: int, *, workload: Any, width: int | None, depth: int | None, precision: str | None,
-            checkpointing: bool, weak: bool) -> RankMemory | None:
+            checkpointing: bool | str, weak: bool) -> RankMemory | None:
     """What the busiest rank (rank 0) of this cell holds, by advise's model; None where advise has no model of it
     (a user's script, a method or precision it does not size)."""
     from paratrain.advise import memory
@@ -75,16 +76,20 @@ def predict(spec: str, nproc: int, *, workload: Any, width: int | None, depth: i
     from paratrain.strategies.base import format_spec
 
     cls, options = registry.resolve(spec)
+    autocast = getattr(options, "mixed", "params") == "autocast"  # the sharded methods' autocast option
+    if autocast:
+        options = dataclasses.replace(options, mixed="params")
     canonical = format_spec(cls.method, options)  # advise's rows use the canonical spelling (deepspeed:zero2)
     method = next((m for m in all_methods() if m.spec == canonical), None)
     if method is None or (precision or "fp32") not in memory.PRECISIONS:
         return None
-    replicas = method.sharding.replicas(nproc)  # tensor and pipeline parallel: every rank computes the batch
+    sharding = dataclasses.replace(method.sharding, sixteen_bit="") if autocast else method.sharding
+    replicas = sharding.replicas(nproc)  # tensor and pipeline parallel: every rank computes the batch
     micro = workload.global_batch if weak else math.ceil(workload.global_batch / replicas)
     plan = memory.Plan(ranks=nproc, micro_batch=micro, seq_len=workload.tokens_per_sample,
                        precision=precision or "fp32", checkpointing=checkpointing,
                        optimizer="sgd-momentum" if workload.momentum is not None else "adamw")
-    return memory.rank_memory(_model(workload.name, width, depth), method.sharding, plan, rank=0)
+    return memory.rank_memory(_model(workload.name, width, depth), sharding, plan, rank=0)
 
 
 def size_cell(spec: str, nproc: int, settings: Any, workload: Any, budget: Budget | None,

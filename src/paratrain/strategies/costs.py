@@ -40,6 +40,11 @@ class Sharding:
     # FSDP + TP: tensor parallel within groups of this many ranks (one replica each), and params/grads/optimizer
     # sharded by FSDP across the groups; 0: tensor parallel over every rank
     tp_size: int = 0
+    # Under bf16-mixed: "" autocast over fp32 weights (the replicated methods: state as in fp32, 16-bit copies made as
+    # each matrix multiply runs); "gathered" fp32 shards with bf16 parameters gathered and computed with, gradients
+    # reduced in fp32 (FSDP2's MixedPrecisionPolicy); "weights" bf16 parameters and gradients with fp32 master
+    # weights in the optimizer's partition (DeepSpeed's bf16 mode, the ZeRO paper's 2 + 2 + 12 bytes)
+    sixteen_bit: str = ""
 
     def replicas(self, ranks: int) -> int:
         """How many copies of the model read different batches: one under tensor or pipeline parallelism (every rank

@@ -46,6 +46,8 @@ class DeepSpeedOptions(StrategyOptions):
     zero_stage: int = 2
     offload: Literal["none", "optimizer", "all"] = "none"
     config: str | None = None  # the user's DeepSpeed JSON, merged in (see deepspeed_config)
+    # bf16-mixed under ZeRO 1-3: bf16 parameters (DeepSpeed's bf16 mode, the default) or autocast over fp32 weights
+    mixed: Literal["params", "autocast"] = "params"
 
     shorthands: ClassVar[Mapping[str, Mapping[str, Any]]] = {
         **{f"zero{i}": {"zero_stage": i} for i in range(4)}, "offload": {"offload": "optimizer"}}
@@ -88,10 +90,10 @@ class DeepSpeedStrategy(Strategy, BackwardSyncControl):
     options_type = DeepSpeedOptions
     options: DeepSpeedOptions
     supported_precision = frozenset({"fp32", "bf16-mixed", "fp16-mixed"})
-    # The mixed precisions run as DeepSpeed's torch_autocast (fp32 weights; the engine turns off any autocast
-    # around its forward, so the Session's cannot be used) with DeepSpeed's own loss scaler under fp16; not its
-    # bf16/fp16 modes, which cast parameters but keep fp32 buffers, so an fp32 buffer made the activations fp32 and
-    # the next bf16 LayerNorm failed on a CPU (see deepspeed_config and paratrain.precision).
+    # The mixed precisions run inside DeepSpeed's torch_autocast (the engine turns off any autocast around its
+    # forward, so the Session's cannot be used), with DeepSpeed's own loss scaler under fp16; bf16-mixed under ZeRO
+    # 1-3 also in its bf16 mode (bf16 parameters, fp32 master weights; see deepspeed_config.bf16_weights), whose
+    # LayerNorms get their input in bf16 (paratrain.precision.match_norm_inputs: an fp32 buffer keeps fp32).
     native_precision = frozenset({"fp32", "bf16-mixed", "fp16-mixed"})
     compilable = False
     clips_gradients = True  # ZeRO owns the gradients: "gradient_clipping" from the grad_clip option
@@ -170,7 +172,7 @@ class DeepSpeedStrategy(Strategy, BackwardSyncControl):
         """The config ``deepspeed.initialize`` gets (``paratrain run --dry-run`` prints it), validated."""
         _check_scaled_clipping(options, train)
         user = ds_config.read_user_config(options.config) if options.config else {}
-        config = ds_config.build(options.zero_stage, options.offload, user, train)
+        config = ds_config.build(options.zero_stage, options.offload, user, train, options.mixed)
         ds_config.validate(config)
         return config
 
@@ -206,6 +208,10 @@ class DeepSpeedStrategy(Strategy, BackwardSyncControl):
             self._names = [[names[id(p)] for p in g["params"]] for g in optimizer.param_groups]
         config = self.final_config(self.options, self.train)
         config = ds_config.size_buckets(config, param_count(model))
+        if config["bf16"]["enabled"]:
+            from paratrain.precision import match_norm_inputs
+
+            match_norm_inputs(model)
         if self._deferred:
             from paratrain.strategies.deepspeed_init import partition_from_rank0
 

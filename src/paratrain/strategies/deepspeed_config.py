@@ -24,9 +24,11 @@ OWNED = {"train_batch_size": "the loader's batch_size (the global batch)",
          "train_micro_batch_size_per_gpu": "the loader's batch_size (the global batch)",
          "gradient_accumulation_steps": "--grad-accum", "gradient_clipping": "--grad-clip",
          "bf16": "--precision", "fp16": "--precision", "torch_autocast": "--precision"}
-# DeepSpeed's precision sections: mixed precision is its torch_autocast (fp32 weights, autocast in the engine's
-# forward, as under every other method); its bf16/fp16 modes (16-bit weights) stay off. A user's "bf16"/"fp16"
-# section enabled for the same precision as --precision agrees with it (and is carried out as torch_autocast).
+# DeepSpeed's precision sections. bf16-mixed under ZeRO 1-3 is its bf16 mode (bf16 parameters gathered and computed
+# with, fp32 master weights and optimizer state in the partitions, gradients reduced in fp32), inside its
+# torch_autocast for the tensors the mode does not cast (fp32 buffers); ZeRO-0, fp16-mixed and mixed=autocast run
+# torch_autocast over fp32 weights, as the replicated methods do. A user's "bf16"/"fp16" section enabled for the same
+# precision as --precision agrees with it.
 PRECISION_KEYS = ("bf16", "fp16", "torch_autocast")
 AUTOCAST_DTYPE = {"bf16-mixed": "bfloat16", "fp16-mixed": "float16"}
 OWNED_ZERO = {"stage": "deepspeed:zero_stage=N", "offload_optimizer": "deepspeed:offload=optimizer",
@@ -48,7 +50,13 @@ def read_user_config(path: str) -> dict[str, Any]:
     return data
 
 
-def build(zero_stage: int, offload: str, user: dict[str, Any], train: Any) -> dict[str, Any]:
+def bf16_weights(zero_stage: int, precision: str, mixed: str = "params") -> bool:
+    """Whether the engine holds bf16 parameters (its bf16 mode): bf16-mixed with ZeRO partitioning, unless asked for
+    autocast over fp32 weights."""
+    return precision == "bf16-mixed" and zero_stage >= 1 and mixed == "params"
+
+
+def build(zero_stage: int, offload: str, user: dict[str, Any], train: Any, mixed: str = "params") -> dict[str, Any]:
     """The final config: the user's keys, then paratrain's (which must agree with any the user also set)."""
     zero: dict[str, Any] = {"stage": zero_stage}
     if offload in ("optimizer", "all"):
@@ -59,12 +67,14 @@ def build(zero_stage: int, offload: str, user: dict[str, Any], train: Any) -> di
         "train_micro_batch_size_per_gpu": 1,  # DeepSpeed's own loader is not used: the Session's loader batches
         "gradient_accumulation_steps": train.grad_accum,
         "gradient_clipping": float(train.grad_clip or 0.0),  # 0: never clip, as under every other method
-        "bf16": {"enabled": False},
+        "bf16": {"enabled": bf16_weights(zero_stage, train.precision, mixed)},
         "fp16": {"enabled": False},
         "torch_autocast": _autocast(train.precision, user.get("torch_autocast")),
     }
     _check_owned(user, ours, zero, train.precision)
-    merged = {"steps_per_print": NEVER_PRINT, "wall_clock_breakdown": False,
+    # gradients reduced in fp32 unless the user's JSON tunes it (a communication choice, theirs to make)
+    ours_how = {"communication_data_type": "fp32"} if ours["bf16"]["enabled"] else {}
+    merged = {"steps_per_print": NEVER_PRINT, "wall_clock_breakdown": False, **ours_how,
               # paratrain passes the user's torch optimizer; ZeRO wraps it (SGD and others included)
               "zero_allow_untested_optimizer": True, "zero_force_ds_cpu_optimizer": False,
               **{k: v for k, v in user.items() if k not in ours}, **ours}
@@ -92,6 +102,8 @@ def _precision_agrees(key: str, theirs: Any, precision: str) -> bool:
     if not isinstance(theirs, dict):
         return False
     enabled = bool(theirs.get("enabled", False))
+    if key == "bf16":  # on for bf16-mixed (its weights mode, or autocast where paratrain runs that)
+        return enabled == (precision == "bf16-mixed")
     if key != "torch_autocast":
         return enabled == (precision == f"{key}-mixed")
     wanted = AUTOCAST_DTYPE.get(precision)
@@ -107,8 +119,7 @@ def _check_owned(user: dict[str, Any], ours: dict[str, Any], zero: dict[str, Any
             if not _precision_agrees(key, user[key], precision):
                 raise ConfigError(f'the DeepSpeed config sets "{key}": {json.dumps(user[key])}, which disagrees '
                                   f"with --precision {precision}",
-                                  hint=f'remove "{key}" from the DeepSpeed JSON: --precision decides (its mixed '
-                                       "precisions run as DeepSpeed's torch_autocast, with fp32 weights)")
+                                  hint=f'remove "{key}" from the DeepSpeed JSON: --precision decides')
             continue
         raise ConfigError(f'the DeepSpeed config sets "{key}": {json.dumps(user[key])}, which paratrain sets '
                           f"from {owner} ({json.dumps(ours[key])})",

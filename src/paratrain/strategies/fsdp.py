@@ -16,6 +16,7 @@ import torch.distributed as dist
 
 from paratrain.blocks import transformer_blocks
 from paratrain.errors import ConfigError
+from paratrain.precision import sharded_policy
 from paratrain.strategies import _procgroup
 from paratrain.strategies.base import Availability, BackwardSyncControl, Method, Strategy, StrategyOptions
 
@@ -24,6 +25,8 @@ from paratrain.strategies.base import Availability, BackwardSyncControl, Method,
 class FSDPOptions(StrategyOptions):
     shard: Literal["full", "grad_op", "none"] = "full"
     offload: Literal["none", "cpu"] = "none"
+    # bf16-mixed: 16-bit parameters gathered (the default) or fp32 shards gathered under autocast (paratrain.precision)
+    mixed: Literal["params", "autocast"] = "params"
 
     shorthands: ClassVar[Mapping[str, Mapping[str, Any]]] = {
         "full": {"shard": "full"},
@@ -40,11 +43,9 @@ class FSDPStrategy(Strategy, BackwardSyncControl):
     builds = "fsdp"  # fully_shard or FullyShardedDataParallel, the Session's or the script's own
     options_type = FSDPOptions
     options: FSDPOptions
-    # bf16-mixed is the Session's autocast over fp32 shards (gathered and reduced in fp32), as under every other
-    # method — not FSDP's MixedPrecisionPolicy: that casts parameters but not buffers, so an fp32 buffer (a
-    # sinusoidal position table) made the activations fp32 and the next bf16 LayerNorm failed on a CPU, and it
-    # computes LayerNorm, softmax and the residual stream in bf16 (see paratrain.precision). fp16 would need a
-    # sharded gradient scaler, which this version does not provide.
+    # bf16-mixed is FSDP2's MixedPrecisionPolicy (bf16 parameters gathered, fp32 shards and gradient reduction;
+    # precision.sharded_policy), inside the Session's autocast; mixed=autocast gathers the fp32 shards instead.
+    # fp16 would need a sharded gradient scaler, which this version does not provide.
     supported_precision = frozenset({"fp32", "bf16-mixed", "bf16-true"})
 
     @classmethod
@@ -95,6 +96,8 @@ class FSDPStrategy(Strategy, BackwardSyncControl):
         kwargs = {"mesh": self._mesh(), "reshard_after_forward": self.frees_parameters_after_forward}
         if self.options.offload == "cpu":
             kwargs["offload_policy"] = CPUOffloadPolicy()
+        if (policy := sharded_policy(model, self.precision, self.options.mixed)) is not None:
+            kwargs["mp_policy"] = policy
         blocks = transformer_blocks(model)
         for block in blocks:
             fully_shard(block, **kwargs)

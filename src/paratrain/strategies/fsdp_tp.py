@@ -17,6 +17,7 @@ import torch
 
 from paratrain.blocks import transformer_blocks
 from paratrain.errors import ConfigError
+from paratrain.precision import sharded_policy
 from paratrain.strategies import _procgroup
 from paratrain.strategies.base import Availability, BackwardSyncControl, Method, Strategy, StrategyOptions
 from paratrain.strategies.fsdp import rebind_optimizer
@@ -96,9 +97,12 @@ class FSDPTPStrategy(Strategy, BackwardSyncControl):
 
         names = split(model, self._mesh["tp"], self.device)
         dp_mesh = self._mesh["dp"]
+        kwargs: dict[str, Any] = {"mesh": dp_mesh}
+        if (policy := sharded_policy(model, self.precision)) is not None:  # bf16 slices gathered, fp32 reduction
+            kwargs["mp_policy"] = policy
         for unit in [*transformer_blocks(model), model]:
             unit.register_forward_hook(_own_outputs, prepend=True)  # before FSDP's own post-forward hook
-            fully_shard(unit, mesh=dp_mesh)
+            fully_shard(unit, **kwargs)
         if optimizer is not None:
             rebind_optimizer(optimizer, names, dict(model.named_parameters()))
         return model, optimizer

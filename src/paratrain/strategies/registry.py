@@ -65,11 +65,11 @@ class MethodInfo:
         return getattr(importlib.import_module(module), cls)
 
 
-_ALL = Sharding(params=True, grads=True, optimizer=True)
+_ALL = Sharding(params=True, grads=True, optimizer=True, sixteen_bit="gathered")
 # DeepSpeed's layouts (see paratrain.advise.memory): ZeRO-1/2 cut one flat buffer, ZeRO-3 each tensor; both keep
-# fp32 master copies of their partition.
-_ZERO12 = Sharding(layout="flat", master=True, reduce_bucket=True)
-_ZERO3 = replace(_ALL, gathered="reused", layout="tensor", master=True, reduce_bucket=True)
+# fp32 master copies of their partition, and bf16 weights under bf16-mixed.
+_ZERO12 = Sharding(layout="flat", master=True, reduce_bucket=True, sixteen_bit="weights")
+_ZERO3 = replace(_ALL, gathered="reused", layout="tensor", master=True, reduce_bucket=True, sixteen_bit="weights")
 _ENTRIES = [
     MethodInfo(Method.SINGLE, "torch", ("local",),
                "one process, one device: the baseline every other method is measured against",
@@ -90,7 +90,7 @@ _ENTRIES = [
                "paratrain.strategies.fsdp:FSDPStrategy", True,
                costs=(CostModel("fsdp:shard=grad_op", replace(_ALL, gathered="all"), "shard_grads",
                                 "state sharded at rest, parameters gathered once per step (ZeRO-2-like)", 1),
-                      CostModel("fsdp:shard=none", Sharding(), "allreduce",
+                      CostModel("fsdp:shard=none", Sharding(gathered="all", sixteen_bit="gathered"), "allreduce",
                                 "FSDP replicating everything (DDP through FSDP)", 6),
                       CostModel("fsdp", replace(_ALL, gathered="unit"), "shard_all",
                                 "everything sharded, one block gathered at a time (ZeRO-3-like)", 7))),
