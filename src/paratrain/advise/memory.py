@@ -5,8 +5,8 @@ of 16-bit parameters, 2Ψ of 16-bit gradients and KΨ = 12Ψ of fp32 master weig
 stage 1 divides K by N ranks, stage 2 the gradients too, stage 3 everything. That is DeepSpeed's bf16 mode; under
 bf16-mixed each method holds what it runs (``Sharding.sixteen_bit``, :func:`element_bytes`): the replicated
 methods keep fp32 weights under autocast, FSDP keeps fp32 shards and gathers bf16 copies. FSDP's
-``full``/``grad_op`` shard like stage 3 / stage 2 at rest. When the module's shapes are known the split is exact per rank, in the layout each
-method really uses, so the figures equal what `compare` measures on real runs byte for byte
+``full``/``grad_op`` shard like stage 3 / stage 2 at rest. When the module's shapes are known the split is exact
+per rank, in the layout each method really uses, so the figures equal what `compare` measures on real runs byte for byte
 (``tests/advise/test_calibration.py``, ``tests/strategies/test_deepspeed.py``):
 - ``chunk`` (FSDP2): each parameter cut along its first dimension the way ``torch.chunk`` cuts it;
 - ``flat`` (DeepSpeed ZeRO-1/2): all parameters in one flat buffer padded to a multiple of 2N and cut at element
