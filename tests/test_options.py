@@ -145,11 +145,27 @@ def test_resolve_agreeing_values_and_defaults():
     assert options.from_env(options.to_env({"grad_accum": 4, "seed": None})) == {"grad_accum": 4}
 
 
+def test_activation_checkpointing_has_one_value_per_mode():
+    """True (the option's value before it had modes) is full and "none" is False, wherever the value comes from, so
+    a script's Session(activation_checkpointing=True) agrees with the launcher's bare --activation-checkpointing."""
+    assert options.TrainOptions(activation_checkpointing=True).activation_checkpointing == "full"
+    assert options.TrainOptions(activation_checkpointing="none").activation_checkpointing is False
+    assert options.given({"activation_checkpointing": "Every:2"}) == {"activation_checkpointing": "every:2"}
+    assert options.resolve({"activation_checkpointing": True},
+                           {"activation_checkpointing": "full"}).activation_checkpointing == "full"
+    with pytest.raises(ConfigError, match=r"Session\(activation_checkpointing='op'\) in the script"):
+        options.resolve({"activation_checkpointing": "op"}, {"activation_checkpointing": "every:2"})
+    env = options.to_env({"activation_checkpointing": "op"})
+    assert options.from_env(env) == {"activation_checkpointing": "op"}
+
+
 @pytest.mark.parametrize(("values", "needle"), [
     ({"precision": "bf16"}, "is not one of fp32, bf16-mixed"), ({"grad_clip": 0}, "must be a positive number"),
     ({"grad_clip": float("inf")}, "must be a positive number"), ({"grad_accum": 0}, "must be 1 or more"),
     ({"seed": -1}, "between 0 and 2**32-1"), ({"compile": ""}, "backend name"),
-    ({"precison": "fp32"}, 'Did you mean "precision"')])
+    ({"precison": "fp32"}, 'Did you mean "precision"'),
+    ({"activation_checkpointing": "every:0"}, "is not a mode: none, full, op or every:N"),
+    ({"activation_checkpointing": "every:x"}, "is not a mode"), ({"activation_checkpointing": 1}, "is not a mode")])
 def test_bad_values(values, needle):
     with pytest.raises(ConfigError, match=needle.replace("*", r"\*").replace("(", r"\(")):
         options.given(values)
@@ -165,7 +181,7 @@ def test_fsdp_mixed_precision_option_points_to_the_training_option():
 # A value other than the default for every option: a new TrainOptions field must be added here, and then reaches the
 # workers from a flag and from paratrain.toml, and is a Session() keyword, without being written anywhere else.
 NOT_DEFAULT = {"precision": "bf16-mixed", "grad_clip": 0.5, "compile": True, "seed": 7, "grad_accum": 3,
-               "per_rank_batch": True, "sync_batchnorm": False, "activation_checkpointing": True}
+               "per_rank_batch": True, "sync_batchnorm": False, "activation_checkpointing": "op"}
 
 
 def _as_flags(values: dict) -> list[str]:

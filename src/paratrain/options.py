@@ -18,17 +18,19 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from paratrain import ac_modes
 from paratrain.distenv import TRAIN_VAR
 from paratrain.errors import ConfigError, did_you_mean
 
 PRECISIONS = ("fp32", "bf16-mixed", "fp16-mixed", "bf16-true")
 
 
-def _option(default: Any, flag: str, help: str) -> Any:
+def _option(default: Any, flag: str, help: str, metavar: str | None = None) -> Any:
     """A field with the ``paratrain run`` flag that sets it and the one sentence that explains it — the only place
     either is written: the CLI's flags, ``paratrain.toml``'s keys, ``Session(...)``'s arguments and this class's
-    docs are all made from these fields."""
-    return dataclasses.field(default=default, metadata={"flag": flag, "help": help})
+    docs are all made from these fields. ``metavar``: the flag takes a string value named so (else its type's)."""
+    metadata = {"flag": flag, "help": help, **({"metavar": metavar} if metavar else {})}
+    return dataclasses.field(default=default, metadata=metadata)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -56,11 +58,14 @@ class TrainOptions:
         True, "--sync-batchnorm/--no-sync-batchnorm",
         "BatchNorm → SyncBatchNorm under multi-process methods on GPUs (default on: the statistics of one "
         "process; off keeps per-rank statistics and saves an all-reduce per layer per forward).")
-    activation_checkpointing: bool = _option(
-        False, "--activation-checkpointing/--no-activation-checkpointing",
-        "Keep only each transformer block's input for backward and recompute the rest: less activation memory, "
-        "one more forward per block, the same numbers (blocks: the elements of an nn.ModuleList, the blocks fsdp "
-        "shards one by one).")
+    activation_checkpointing: bool | str = _option(
+        False, "--activation-checkpointing",
+        "Recompute activations in backward instead of keeping them: full (the flag alone; true in Session or "
+        "paratrain.toml) keeps only each "
+        "transformer block's input; op also keeps the outputs of every other matrix multiply and of attention "
+        "(torchtitan's selective policy); every:N checkpoints every N-th block fully; none (or "
+        "--no-activation-checkpointing) keeps all. Less activation memory, more forward work, the same numbers "
+        "(blocks: the elements of an nn.ModuleList, the blocks fsdp shards one by one).", metavar="MODE")
 
     def __post_init__(self) -> None:
         if self.precision not in PRECISIONS:
@@ -78,7 +83,9 @@ class TrainOptions:
             raise ConfigError(f"seed={self.seed!r} must be an integer between 0 and 2**32-1")
         if isinstance(self.grad_accum, bool) or not isinstance(self.grad_accum, int) or self.grad_accum < 1:
             raise ConfigError(f"grad_accum={self.grad_accum} must be 1 or more")
-        for name in ("per_rank_batch", "sync_batchnorm", "activation_checkpointing"):
+        # False or the mode's spelling ("full", "op", "every:N"): True and "none" are read as before modes existed
+        object.__setattr__(self, "activation_checkpointing", ac_modes.parse(self.activation_checkpointing))
+        for name in ("per_rank_batch", "sync_batchnorm"):
             if not isinstance(getattr(self, name), bool):
                 raise ConfigError(f"{name}={getattr(self, name)!r} must be true or false")
 
@@ -143,6 +150,8 @@ def given(values: Mapping[str, Any]) -> dict[str, Any]:
         if key not in FIELDS:
             raise ConfigError(f'unknown training option "{key}".{did_you_mean(key, FIELDS)}',
                               hint=f"options: {', '.join(FIELDS)}")
+    if "activation_checkpointing" in out:  # one spelling per mode: Session(...=True) agrees with the flag's "full"
+        out["activation_checkpointing"] = ac_modes.parse(out["activation_checkpointing"])
     TrainOptions(**out)
     return out
 

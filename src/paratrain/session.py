@@ -180,8 +180,8 @@ class Session:
         if opts.precision == "bf16-true":
             model = model.to(torch.bfloat16)  # in place: the optimizer's parameters are the same objects
         if opts.activation_checkpointing and optimizer is not None:  # before any wrapper: hooks on the user's blocks
-            count = blocks.checkpoint_activations(model)
-            notice(f"activation checkpointing: {count} block(s) keep only their inputs for backward")
+            count = blocks.checkpoint_activations(model, opts.activation_checkpointing)
+            notice(blocks.checkpointed_notice(opts.activation_checkpointing, count))
         with self._progress.phase("session.prepare"):
             self._strategy.precision = opts.precision
             self._strategy.train = opts

@@ -139,7 +139,8 @@ def test_checkpointing_and_precision_shrink_activations():
                               memory.Plan(ranks=8, micro_batch=4, checkpointing=True)).activations
     half = memory.rank_memory(spec, get("ddp").sharding,
                               memory.Plan(ranks=8, micro_batch=4, precision="bf16-mixed")).activations
-    assert ckpt < full / 2 and half < full  # the fp32 log-softmax over 50k tokens stays either way
+    # the loss's three fp32 copies of the logits over 50k tokens stay either way: 43 % of gpt2's full figure
+    assert ckpt < 0.6 * full and half < full
     assert math.isclose(memory.rank_memory(spec, get("ddp").sharding, memory.Plan(ranks=8, micro_batch=8))
                         .activations / full, 2, rel_tol=0.01)
 

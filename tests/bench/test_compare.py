@@ -105,6 +105,18 @@ def test_precision_applies_to_every_cell_and_the_report_says_so(tmp_path):
     assert "NOT EQUIVALENT" not in recommendation and "ddp×2" in recommendation
 
 
+def test_the_checkpointing_mode_reaches_every_cell():
+    """compare hands its mode to each cell's `paratrain run`, spelled once (True and "none" as the options read it)."""
+    from paratrain.bench.compare import _run_flags
+
+    assert _run_flags(CompareSettings(activation_checkpointing="op")) == ["--activation-checkpointing", "op"]
+    assert CompareSettings(activation_checkpointing=True).activation_checkpointing == "full"
+    assert CompareSettings(activation_checkpointing="none").activation_checkpointing is False
+    assert _run_flags(CompareSettings()) == []
+    with pytest.raises(ConfigError, match="not a mode"):
+        CompareSettings(activation_checkpointing="every:0")
+
+
 def test_bad_requests_are_refused_before_running(tmp_path):
     with pytest.raises(ConfigError, match="none of the requested methods can run here"):
         plan_cells(CompareSettings(strategies=["mirrored"], workload="cnn"))  # the cnn has no Keras twin

@@ -142,6 +142,8 @@ def test_environment_lists_gpus_and_script_reproduction(tmp_path):
     results["settings"].update(activation_checkpointing=True, precision="bf16-mixed")
     again = report.reproduce_command(results)
     assert "--activation-checkpointing" in again and "--precision bf16-mixed" in again
+    results["settings"].update(activation_checkpointing="every:2")
+    assert "--activation-checkpointing every:2" in report.reproduce_command(results)
 
 
 def _run_b():

@@ -167,3 +167,22 @@ def test_the_figures_the_docs_quote_are_what_advise_prints(capsys, argv, figures
         readme = " ".join((ROOT / "README.md").read_text().split())
         ddp, grad_op, fsdp = (_g(methods[k]["total"]) for k in ("ddp", "fsdp:grad_op", "fsdp"))
         assert f"ddp needs {ddp} GiB per GPU, `fsdp:shard=grad_op` {grad_op}, `fsdp` {fsdp})" in readme
+
+
+def test_checkpointing_takes_a_mode_and_the_header_says_it(capsys):
+    """--checkpointing alone is full, as it was before modes; op and every:N size those modes, between none and full
+    (Llama 3.1 8B on 8 GPUs, the question advise exists for); the header names the mode."""
+    common = ["--model", "llama3.1-8b", "--gpus", "8", "--gpu-mem", "80", "--seq-len", "8192", "--micro-batch", "2",
+              "--precision", "bf16-mixed"]
+    act = {}
+    for mode in ("none", "full", "op", "every:2"):
+        result = _json(capsys, *common, "--checkpointing", mode)
+        assert result["plan"]["checkpointing"] == (False if mode == "none" else mode)
+        act[mode] = next(r for r in result["methods"] if r["method"] == "fsdp")["per_rank_bytes"]["activations"]
+    assert act["full"] < act["op"] < act["none"] and act["full"] < act["every:2"] < act["none"]
+    assert _json(capsys, *common, "--checkpointing")["plan"]["checkpointing"] == "full"  # bare, last
+    assert _json(capsys, "--checkpointing", *common)["plan"]["checkpointing"] == "full"  # bare, before a flag
+    assert main(["advise", *common, "--checkpointing", "op"]) == 0
+    assert "sequence 8192, selective (per-op) activation checkpointing" in capsys.readouterr().out
+    assert main(["advise", *common, "--checkpointing", "every:0"]) == 2
+    assert 'activation checkpointing "every:0" is not a mode: none, full, op or every:N' in capsys.readouterr().err

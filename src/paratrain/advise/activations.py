@@ -16,6 +16,7 @@ counting every tensor at 2 bytes was 20-37 % low.
 
 from __future__ import annotations
 
+from paratrain import ac_modes
 from paratrain.advise.models import Transformer
 
 FP32 = 4
@@ -56,6 +57,15 @@ def outside_layers_bytes(arch: Transformer, batch: int, elem: int) -> int:
     return int((2 * bs + positions) * INDEX + final_norm + (bs * arch.vocab + stats) * FP32)
 
 
+def loss_backward_bytes(arch: Transformer, batch: int) -> int:
+    """What the loss's backward adds at the start of backward, beside the log-softmax output it kept (counted in
+    :func:`outside_layers_bytes`): the gradient arriving at the log-softmax and the one it makes for the logits, each
+    b·s·vocab in fp32. With a large vocabulary this is the step's peak: Llama 3's 128k tokens at 16k tokens per rank
+    make it 15.7 GiB, measured as three fp32 copies of the logits on a 32k-vocabulary llama
+    (``tests/advise/test_calibration.py``)."""
+    return 2 * batch * arch.seq_len * arch.vocab * FP32
+
+
 def backward_gradient_bytes(arch: Transformer, batch: int, elem: int, tp: int = 1) -> int:
     """What a block's backward adds for a moment on top of what it kept: the gradients of the MLP's hidden
     activations, alive together while backward passes through it (GELU: one; SwiGLU: the gate's and up's)."""
@@ -77,17 +87,43 @@ def autocast_extra_bytes(arch: Transformer, batch: int, tp: int = 1) -> tuple[in
     return norms + casts, bs * h * 2, 2 * (attention + mlp * arch.experts) // tp
 
 
-def activation_bytes(arch: Transformer, batch: int, elem: int, *, checkpointing: bool = False,
+def selective_bytes(arch: Transformer, batch: int, elem: int, tp: int = 1) -> int:
+    """What one block keeps under selective (``op``) checkpointing beyond its input: the outputs of every other
+    matrix multiply in forward order (the 1st, 3rd, …; paratrain/blocks.py's policy, torchtitan's) and of the fused
+    attention (its output and fp32 log-sum-exp). A GPT-style block (LayerNorm) multiplies by a fused q/k/v matrix,
+    the output projection and the MLP's two matrices, so it keeps q/k/v and the MLP's hidden layer; a Llama-style
+    block (RMSNorm) by q, k, v, the output projection, gate, up and down, so it keeps q, v, gate and down. Under
+    tensor parallelism the column-split layers' outputs and the attention are each rank's share; the row-split
+    layers' (the output projection, down) are whole."""
+    bs, h, kv = batch * arch.seq_len, arch.hidden, arch.kv_width
+    if arch.norm == "rmsnorm":
+        attention = [h / tp, kv / tp, kv / tp, h]
+        mlp = [arch.ffn / tp, arch.ffn / tp, h] if arch.mlp == "swiglu" else [arch.ffn / tp, h]
+    else:
+        attention = [(h + 2 * kv) / tp, h]
+        mlp = [arch.ffn / tp, arch.ffn / tp, h] if arch.mlp == "swiglu" else [arch.ffn / tp, h]
+    outputs = attention + mlp * arch.experts
+    matmuls = sum(outputs[0::2])
+    lse = batch * arch.heads * arch.seq_len / tp
+    return int(bs * (matmuls + h / tp) * elem + lse * FP32)
+
+
+def activation_bytes(arch: Transformer, batch: int, elem: int, *, checkpointing: ac_modes.Mode = False,
                      autocast: bool = False, tp: int = 1) -> int:
-    """The peak of what forward keeps for backward. Without checkpointing: every block's saved tensors, and then the
-    larger of the tensors outside the blocks (at the end of forward) and the last block's backward gradients (at the
-    start of backward). With activation checkpointing only each block's input is kept; the peak is then the larger of
-    the end of forward (the inputs and the tensors outside the blocks) and the recompute of the last block (the
-    inputs, that block's full set, the gradient arriving at it and its backward gradients — by then the loss's tensors
-    are freed). Measured within 4 % either way, as torch's allocator counts it, on the bundled gpt's and llama's real
-    steps (``tests/advise/test_calibration.py``). ``autocast``: 16-bit compute over fp32 weights (``elem`` 2), whose
-    block inputs are fp32 and whose matrix multiplies keep 16-bit copies (:func:`autocast_extra_bytes`). ``tp``: the
-    blocks split over that many ranks by tensor parallelism (each rank's share; outside the blocks all is whole)."""
+    """The peak of what forward keeps for backward, under each checkpointing mode (paratrain/ac_modes.py). A block
+    stored whole keeps all its saved tensors; a block checkpointed keeps its input (and under ``op`` what
+    :func:`selective_bytes` counts), and during backward recomputes its full set, which then lives beside the
+    gradient arriving at it and its backward gradients (the ``op`` outputs it kept are part of that set, handed
+    over, not copied). The peak is the larger of the end of forward (every block's share, the tensors outside the
+    blocks) and each block's backward (its share and those of the blocks before it, which backward has not reached).
+    Without checkpointing this is every block's saved tensors and the larger of the tensors outside the blocks and
+    the last block's backward gradients; with full checkpointing, the inputs and the larger of the tensors outside
+    the blocks and the last block's recompute. Measured within 10 % on the bundled gpt's and llama's real steps in
+    every mode (``tests/advise/test_calibration.py``). ``autocast``: 16-bit compute over fp32 weights (``elem`` 2),
+    whose block inputs are fp32 and whose matrix multiplies keep 16-bit copies (:func:`autocast_extra_bytes`).
+    ``tp``: the blocks split over that many ranks by tensor parallelism (each rank's share; outside the blocks all is
+    whole)."""
+    mode = ac_modes.parse(checkpointing)
     layer = per_layer_bytes(arch, batch, elem, tp)
     outside = outside_layers_bytes(arch, batch, elem)
     gradients = backward_gradient_bytes(arch, batch, elem, tp)
@@ -96,6 +132,12 @@ def activation_bytes(arch: Transformer, batch: int, elem: int, *, checkpointing:
     if autocast:
         extra_layer, extra_outside, weights = autocast_extra_bytes(arch, batch, tp)
         layer, outside, head = layer + extra_layer, outside + extra_outside, 2 * arch.vocab * arch.hidden
-    if checkpointing:
-        return arch.layers * block_io + max(outside + head, layer + weights + block_io + gradients)
-    return arch.layers * (layer + weights) + head + max(outside, gradients)
+    kept_checkpointed = block_io + (selective_bytes(arch, batch, elem, tp) if mode == "op" else 0)
+    checkpointed = ac_modes.checkpointed(mode, arch.layers)
+    kept = [kept_checkpointed if c else layer + weights for c in checkpointed]
+    peak = sum(kept) + outside + head + loss_backward_bytes(arch, batch)  # the start of backward
+    for i, c in enumerate(checkpointed):  # each block's backward, the blocks before it still holding their share
+        before = sum(kept[:i])
+        working = block_io + layer + weights + block_io if c else layer + weights + head
+        peak = max(peak, before + working + gradients)
+    return peak

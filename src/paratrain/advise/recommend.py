@@ -18,7 +18,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from paratrain import ac_modes
-from paratrain.advise import comm, memory
+from paratrain.advise import comm, gpu_memory, memory
 from paratrain.advise.memory import USABLE
 from paratrain.advise.methods import MethodModel, all_methods
 from paratrain.advise.models import ModelSpec, Transformer
@@ -69,6 +69,7 @@ class Row:
     reason: str = ""
     notes: list[str] = field(default_factory=list)
     bubble: float = 0.0  # the share of each step a pipeline's stages idle (pp), 0 for every other method
+    reserved: int = 0  # the caching allocator's peak on a GPU (gpu_memory): total + fragmentation
 
     def to_json(self) -> dict[str, Any]:
         m = self.model
@@ -76,7 +77,8 @@ class Row:
         return {"method": m.spec, "framework": m.framework, "launcher": m.launcher,
                 "processes": 1 if m.one_process else self.ranks, "devices": self.ranks, "multi_node": m.multi_node,
                 "replicated": replicated, "sharded": sharded, "sharded_short": m.short_layout(), "label": m.label,
-                "per_rank_bytes": self.memory.to_json(), "fits": self.fits, "usable": self.usable,
+                "per_rank_bytes": {**self.memory.to_json(), "reserved": self.reserved},
+                "fits": self.fits, "usable": self.usable,
                 "unusable_because": self.unusable or None, "does_not_fit_because": self.misfit or None,
                 "short_of": self.misfit_where or None, "runnable": m.runnable,
                 "comm_bytes_per_step": self.comm_bytes, "host_bytes_per_step": self.host_bytes,
@@ -112,6 +114,8 @@ def _row(model: ModelSpec, m: MethodModel, hw: Hardware, plan: memory.Plan, fram
     usable = runs and (hw.nodes == 1 or m.multi_node)
     row = Row(m, ranks, mem, True, usable, link_bytes, host, comm.seconds(link_bytes, host, hw.link),
               notes=list(mem.notes))
+    tp = (m.sharding.tp_size or ranks) if m.sharding.tensor_parallel else 1
+    row.reserved = gpu_memory.device_memory(model, replace(plan, ranks=ranks), mem, tp).reserved
     row.misfit_where, row.misfit = _misfit(mem, min(ranks, hw.gpus), hw)
     row.fits = not row.misfit
     if row.misfit_where == "host":

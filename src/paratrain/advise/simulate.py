@@ -154,8 +154,7 @@ def _one_step(trainable: Trainable, spec: str, plan: Plan, foreach: bool | None)
         if plan.checkpointing:
             from paratrain.blocks import checkpoint_activations
 
-            mode = plan.checkpointing
-            checkpoint_activations(model) if mode is True or mode == "full" else checkpoint_activations(model, mode)
+            checkpoint_activations(model, plan.checkpointing)
         optimizer = _optimizer(model.parameters(), plan.optimizer, foreach)
         if strategy is not None:
             strategy.train = _train_options(plan)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
-from paratrain import __version__
+from paratrain import __version__, ac_modes
 from paratrain.bench import budget as budget_
 from paratrain.bench import disturbance, equivalence
 from paratrain.bench.finalize import EQUIVALENCE_TOL, finalize
@@ -51,7 +51,7 @@ class CompareSettings:
     width: int | None = None  # bundled workload size: hidden size (mlp) / model dimension (gpt)
     depth: int | None = None  # transformer blocks (gpt)
     precision: str | None = None  # a training option for every cell (paratrain run --precision); None: fp32
-    activation_checkpointing: bool = False  # every torch cell with --activation-checkpointing
+    activation_checkpointing: bool | str = False  # every torch cell's mode (paratrain/ac_modes.py); False: none
     memory_per_rank: float | None = None  # GiB each rank may use (bench/budget.py); None: on GPUs, the device's
 
     def __post_init__(self) -> None:
@@ -66,6 +66,7 @@ class CompareSettings:
             from paratrain import options
 
             options.given({"precision": self.precision})
+        object.__setattr__(self, "activation_checkpointing", ac_modes.parse(self.activation_checkpointing))
         if self.memory_per_rank is not None and not 0 < self.memory_per_rank < math.inf:
             raise ConfigError(f"--memory-per-rank {self.memory_per_rank:g} must be a positive number of GiB, e.g. 0.5")
         if self.scaling not in ("strong", "weak"):
@@ -149,7 +150,7 @@ def _run_flags(settings: CompareSettings) -> list[str]:
     elsewhere)."""
     flags = ["--precision", settings.precision] if settings.precision else []
     if settings.activation_checkpointing:
-        flags.append("--activation-checkpointing")
+        flags += ["--activation-checkpointing", str(settings.activation_checkpointing)]
     if settings.script:
         if settings.scaling == "weak":
             flags += ["--per-rank-batch"]

@@ -220,8 +220,9 @@ def reproduce_command(results: dict[str, Any]) -> str:
             cmd += [f"--{key}", str(s[key])]
     if s.get("precision") not in (None, "fp32"):
         cmd += ["--precision", str(s["precision"])]
-    if s.get("activation_checkpointing"):
-        cmd += ["--activation-checkpointing"]
+    mode = s.get("activation_checkpointing")  # true in results written before checkpointing had modes: full
+    if mode:
+        cmd += ["--activation-checkpointing"] + ([] if mode in (True, "full") else [str(mode)])
     if s.get("memory_per_rank") is not None:
         cmd += ["--memory-per-rank", f"{s['memory_per_rank']:g}"]
     return shlex.join(cmd)

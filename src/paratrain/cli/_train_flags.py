@@ -24,8 +24,9 @@ def _parameter(field: dataclasses.Field[Any], prefix: str) -> inspect.Parameter:
     word = text.split()[0]
     if prefix and word[0].isupper() and word[1:].islower():  # "Every cell: keep only…", but "…: BatchNorm…"
         text = text[0].lower() + text[1:]
-    kind = options.value_types(field.name)[0]  # the CLI's type: bool for compile's bool | str
-    option = typer.Option(None, *field.metadata["flag"].split(" "), help=prefix + text,
+    metavar = field.metadata.get("metavar")  # a flag with a value of its own (cli/_optional_values.py)
+    kind = str if metavar else options.value_types(field.name)[0]  # else bool for compile's bool | str
+    option = typer.Option(None, *field.metadata["flag"].split(" "), help=prefix + text, metavar=metavar,
                           show_default=False, rich_help_panel="Training options (the same under every method)")
     return inspect.Parameter(field.name, inspect.Parameter.KEYWORD_ONLY, default=option, annotation=kind)
 

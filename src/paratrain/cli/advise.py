@@ -9,7 +9,7 @@ from rich import box
 from rich.markup import escape
 from rich.table import Table
 
-from paratrain import console
+from paratrain import ac_modes, console
 from paratrain.cli._render import help_text, print_json
 from paratrain.errors import ConfigError, did_you_mean
 
@@ -34,7 +34,7 @@ Examples:
 
   paratrain advise --params 1.3e9 --gpus 8 --gpu-mem 80
   paratrain advise --model llama-7b --gpus 8 --gpu-mem 40 --nodes 2
-  paratrain advise --model hf:Llama-3.1-8B/config.json --seq-len 8192 --gpus 8 --gpu-mem 80
+  paratrain advise --model hf:Llama-3.1-8B/config.json --seq-len 8192 --gpus 8 --gpu-mem 80 --checkpointing op
   paratrain advise --model gpt --width 256 --gpus 2 --gpu-mem 8 --json
 """)
 
@@ -96,11 +96,13 @@ def _render(result: dict) -> None:
               f"{plan['gpu_mem_gib']:.3g} GiB each (from {plan['hardware_from']}), {escape(link['name'])} "
               f"{link['gbps']:.3g} GB/s; {plan['precision']}, {plan['optimizer']}, micro-batch {plan['micro_batch']}"
               + (f", sequence {plan['seq_len']}" if plan["seq_len"] else "")
-              + (", activation checkpointing" if plan["checkpointing"] else "") + _host_words(plan), highlight=False)
+              + (f", {ac_modes.words(plan['checkpointing'])}" if plan["checkpointing"] else "") + _host_words(plan),
+              highlight=False)
     usable = plan["usable_bytes_per_gpu"] / (1 << 30)
     mem = Table(title=f"Memory per GPU in GiB ({usable:.3g} usable), busiest rank (act: activations, buf: working "
-                "buffers, host: offloaded, per rank)", title_justify="left", box=box.SIMPLE_HEAD)
-    for col in ("method", "params", "grads", "optim", "act", "buf", "total", "host", "fits"):
+                "buffers, total: peak allocated, reserved: the caching allocator's peak, host: offloaded, per rank)",
+                title_justify="left", box=box.SIMPLE_HEAD)
+    for col in ("method", "params", "grads", "optim", "act", "buf", "total", "reserved", "host", "fits"):
         mem.add_column(col, justify="left" if col == "method" else "right", no_wrap=col == "method")
     how = Table(title="How each one runs (GB sent per rank per optimizer step, and ms for it on the link)",
                 title_justify="left", box=box.SIMPLE_HEAD)
@@ -112,7 +114,7 @@ def _render(result: dict) -> None:
         name = escape(row["label"]) if row["runnable"] else f"[dim]{escape(row['label'])}*[/]"
         fits = _fits_cell(row)
         mem.add_row(name, _g(b["params"]), _g(b["grads"]), _g(b["optimizer"]), _g(b["activations"]),
-                    _g(b["buffers"]), _g(b["total"]), _g(b["host"]), fits)
+                    _g(b["buffers"]), _g(b["total"]), _g(b["reserved"]), _g(b["host"]), fits)
         measured = row["measured"]
         how.add_row(name, row["launcher"], str(row["processes"]),
                     "any" if row["multi_node"] else "1", escape(row["sharded_short"]),
@@ -160,7 +162,10 @@ def advise(
     optimizer: str = typer.Option("adamw", "--optimizer", help="sgd, sgd-momentum, adam, adamw."),
     seq_len: int = typer.Option(None, "--seq-len", help="Sequence length (default: the model's)."),
     micro_batch: int = typer.Option(1, "--micro-batch", help="Samples per GPU per forward pass."),
-    checkpointing: bool = typer.Option(False, "--checkpointing", help="Activation checkpointing on."),
+    checkpointing: str = typer.Option(None, "--checkpointing", metavar="MODE",
+                                      help="Activation checkpointing: full (the flag alone: each block keeps only "
+                                           "its input), op (selective: also the outputs of attention and every "
+                                           "other matrix multiply), every:N (every N-th block), none (default)."),
     framework: str = typer.Option("torch", "--framework", help="torch or tensorflow: the methods to rank."),
     db: Path = typer.Option(None, "--db", help="Run history to read measurements from (default: compare's)."),
     json_out: bool = typer.Option(False, "--json", help="Print the result as JSON."),
@@ -182,11 +187,12 @@ def advise(
                                 host_mem=host_mem)
     plan = memory.Plan(ranks=hw.world, micro_batch=micro_batch, seq_len=seq_len,
                        precision=precision or ("bf16-mixed" if bf16 else "fp32"), optimizer=optimizer,
-                       checkpointing=checkpointing)
+                       checkpointing=ac_modes.parse(checkpointing))
     result = recommend.advise(spec, hw, plan, framework=framework,
                               measured=measured.measurements(spec.params, hw.world, db))
     if simulate:  # the model's own code, stepped on fake tensors (advise/simulate.py)
-        from paratrain.advise import simulate as sim, simulate_models
+        from paratrain.advise import simulate as sim
+        from paratrain.advise import simulate_models
 
         sim.attach(result, simulate_models.trainable(model, width, depth), plan)
     if json_out:

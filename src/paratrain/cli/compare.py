@@ -208,7 +208,7 @@ def compare(
                                    nproc=_parse_nproc(nproc) if nproc else default_nproc(),
                                    steps=steps, warmup=warmup, repeat=repeat, scaling=scaling, timeout=timeout,
                                    width=size["width"], depth=size["depth"], precision=train.get("precision"),
-                                   activation_checkpointing=bool(train.get("activation_checkpointing")),
+                                   activation_checkpointing=train.get("activation_checkpointing") or False,
                                    memory_per_rank=memory_per_rank)
         if sweep_root is not None:
             folder = sweep_root / f"{sweep_key}-{value}"

@@ -11,6 +11,7 @@ import typer
 from typer.core import TyperCommand
 
 from paratrain import __version__, console, distenv, exiting
+from paratrain.cli import _optional_values
 from paratrain.cli._help import Command
 from paratrain.errors import ParatrainError
 
@@ -80,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     _register(args)
     command = typer.main.get_command(app)
+    args = _optional_values.expand(args, command)  # --activation-checkpointing alone: full
     try:
         # What typer's main() does, less its handling of Ctrl-C: it would return a bare 130 and print nothing
         with command.make_context("paratrain", args) as ctx:

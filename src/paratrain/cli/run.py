@@ -11,6 +11,7 @@ from typing import Any
 import typer
 
 from paratrain import console
+from paratrain.cli._optional_values import NEGATIVE
 from paratrain.cli._render import help_text, print_json
 from paratrain.cli._train_flags import train_flags
 
@@ -125,7 +126,7 @@ def _our_long_flags() -> set[str]:
     for param in inspect.signature(run).parameters.values():
         for decl in getattr(param.default, "param_decls", None) or ():
             flags.update(f for f in decl.split("/") if f.startswith("--"))
-    return flags
+    return flags | {negative for negative, (positive, _) in NEGATIVE.items() if positive in flags}
 
 
 def _note_flags_after_script(script: str | None, args: list[str]) -> None:
