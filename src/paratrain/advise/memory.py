@@ -2,9 +2,10 @@
 
 The accounting is the ZeRO paper's (Rajbhandari et al. 2020): with Ψ parameters, mixed-precision Adam holds 2Ψ
 of 16-bit parameters, 2Ψ of 16-bit gradients and KΨ = 12Ψ of fp32 master weights, momentum and variance; ZeRO
-stage 1 divides K by N ranks, stage 2 the gradients too, stage 3 everything. That is DeepSpeed's bf16 mode; under
-bf16-mixed each method holds what it runs (``Sharding.sixteen_bit``, :func:`element_bytes`): the replicated
-methods keep fp32 weights under autocast, FSDP keeps fp32 shards and gathers bf16 copies. FSDP's
+stage 1 divides K by N ranks, stage 2 the gradients too, stage 3 everything. That is DeepSpeed's bf16 mode at
+ZeRO-1/2; under bf16-mixed each method holds what it runs (``Sharding.sixteen_bit``, :func:`element_bytes`): the
+replicated methods keep fp32 weights under autocast, FSDP keeps fp32 shards and gathers bf16 copies, and ZeRO-3 as
+paratrain partitions it keeps fp32 partitions beside bf16 gradients (:func:`sixteen_bit`). FSDP's
 ``full``/``grad_op`` shard like stage 3 / stage 2 at rest. When the module's shapes are known the split is exact
 per rank, in the layout each method really uses, so the figures equal what `compare` measures on real runs byte for byte
 (``tests/advise/test_calibration.py``, ``tests/strategies/test_deepspeed.py``):
@@ -75,32 +76,50 @@ class RankMemory:
 
 def element_bytes(precision: str, optimizer: str, sixteen_bit: str = "") -> tuple[int, int, int]:
     """(parameter, gradient, optimizer) bytes per parameter held at rest. Only a method whose weights are 16-bit
-    under mixed precision (``sixteen_bit="weights"``: DeepSpeed's bf16 mode) holds 2 + 2 bytes, with fp32 master
-    weights in the optimizer's share as the ZeRO paper counts them; autocast over fp32 weights and FSDP's fp32
-    shards hold what fp32 training holds."""
+    under mixed precision (``sixteen_bit="weights"``: DeepSpeed's bf16 mode at ZeRO-1/2) holds 2 + 2 bytes, with
+    fp32 master weights in the optimizer's share as the ZeRO paper counts them; ZeRO-3 as paratrain runs it
+    (``"grads"``, see :func:`sixteen_bit`) holds 4 + 2 bytes, the same 12 in the optimizer; autocast over fp32
+    weights and FSDP's fp32 shards hold what fp32 training holds."""
     states = _STATES[optimizer]
-    if precision in AUTOCAST and sixteen_bit == "weights" and precision == "bf16-mixed":
+    if precision == "bf16-mixed" and sixteen_bit == "weights":
         return 2, 2, 4 + 4 * states
+    if precision == "bf16-mixed" and sixteen_bit == "grads":
+        return 4, 2, 4 + 4 * states
     return 4, 4, 4 * states
 
 
 def sixteen_bit(sharding: Sharding, precision: str) -> str:
     """How a method holds its weights under ``precision`` (see ``Sharding.sixteen_bit``): only bf16-mixed changes a
-    sharded method's layout; fp16-mixed is autocast over fp32 weights everywhere."""
-    return sharding.sixteen_bit if precision == "bf16-mixed" else ""
+    sharded method's layout; fp16-mixed is autocast over fp32 weights everywhere.
+
+    DeepSpeed's bf16 mode holds bf16 weights only where its engine casts them: at ZeRO-1/2 (``"weights"``). At
+    ZeRO-3 paratrain partitions the model before the engine exists (``deepspeed_init.partition_from_rank0``:
+    ``zero.Init(module=...)``), and ``Init._convert_to_zero_parameters`` moves a module's parameters to the device
+    without casting them, while the engine casts no model that is already partitioned
+    (``engine._cast_module_mixed_precision``: ``is_zero_init_model``). So ZeRO-3's partitions, its persistent tensors
+    and the parameters it gathers stay fp32, and the forward runs under the engine's torch_autocast; its gradient
+    partitions are the engine's bf16 (``grad_partitions_flat_buffer`` in the gradient-accumulation dtype, the
+    model dtype bf16) and its optimizer keeps its own fp32 master copy beside the fp32 partitions: ``"grads"``,
+    4 + 2 + 12 bytes (measured on a 3 M llama at 2 ranks: 28.72 MiB, as counted)."""
+    mode = sharding.sixteen_bit if precision == "bf16-mixed" else ""
+    if mode == "weights" and sharding.layout == "tensor":
+        return "grads"
+    return mode
 
 
 def wire_bytes(sharding: Sharding, precision: str) -> tuple[int, int]:
-    """(parameter, gradient) bytes per element sent: 16-bit parameters gathered by the sharded methods under
-    bf16-mixed, gradients reduced in fp32 by every method paratrain runs."""
+    """(parameter, gradient) bytes per element sent: 16-bit parameters gathered by the sharded methods that hold or
+    gather them under bf16-mixed (ZeRO-3 gathers its fp32 partitions: :func:`sixteen_bit`), gradients reduced in
+    fp32 by every method paratrain runs."""
     mode = sixteen_bit(sharding, precision)
-    return (2 if mode else 4), 4
+    return (2 if mode in ("weights", "gathered") else 4), 4
 
 
 def computes_under_autocast(sharding: Sharding, precision: str) -> bool:
     """Whether the forward computes with 16-bit copies autocast makes of fp32 weights (and keeps an fp32 residual
-    stream): every method under the mixed precisions but those that hold or gather 16-bit weights."""
-    return precision in AUTOCAST and not sixteen_bit(sharding, precision)
+    stream): every method under the mixed precisions but those that hold or gather 16-bit weights (ZeRO-3's weights
+    stay fp32: :func:`sixteen_bit`)."""
+    return precision in AUTOCAST and sixteen_bit(sharding, precision) in ("", "grads")
 
 
 # Units' worth of unsharded tensors FSDP2 holds in backward: the unit computing, the next one prefetched, the unit's
@@ -289,13 +308,21 @@ def rank_memory(model: ModelSpec, sharding: Sharding, plan: Plan, rank: int = 0)
     p_el, _ = _elements(model, n, rank, sharding.params, layout)
     if layout == "tensor" and sharding.params:  # small tensors stay whole on every rank as well
         p_el += sum(size for size in _sizes(model) if size < ZERO3_PERSISTENCE)
-    if layout == "flat" and sharding.grads and model.shapes is not None:  # whole tensors overlapping the partition
+    # ZeRO-1/2 at the step: the whole gradients of the tensors overlapping the partition (``grads_in_partition``).
+    # ZeRO-1 (no overlap_comm) holds every tensor's p.grad whole until backward ends; its reduction then copies them
+    # into the bucket and clears them (stage_1_and_2's independent_gradient_partition_epilogue:
+    # _clear_param_grad_only), so the rest is held through backward only: counted as a working buffer.
+    through_backward = 0.0
+    if layout == "flat" and model.shapes is not None:
         g_el = float(flat_overlap(model, n, rank))
+        if not sharding.grads:
+            through_backward = model.params - g_el
     else:  # unsharded gradients are per tensor (p.grad), not DeepSpeed's padded flat buffer
         g_el, _ = _elements(model, n, rank, sharding.grads, layout if sharding.grads else "chunk")
     o_el, o_tensors = _elements(model, n, rank, sharding.optimizer, layout)
     steps = ADAM_STEP_BYTES * o_tensors if plan.optimizer in ("adam", "adamw") else 0
     out.params, out.grads, out.optimizer = round(p_el * p_b), round(g_el * g_b), round(o_el * o_b) + steps
+    out.buffers += round(through_backward * g_b)
     for part in sharding.offload:
         moved = getattr(out, part)
         out.host += moved
@@ -316,7 +343,10 @@ def rank_memory(model: ModelSpec, sharding: Sharding, plan: Plan, rank: int = 0)
     if sharding.buckets:  # DDP builds its reducer, buckets included, at one process too (ddp×1: +1.1 MiB)
         out.buffers += out.grads
     if sharding.reduce_bucket:  # allocated on one rank too: the ZeRO optimizer buckets whatever the world size
-        out.buffers += round(min(ZERO_REDUCE_BUCKET, model.params) * g_b)
+        # ZeRO-1/2 stage their bucket in the gradients' dtype; ZeRO-3's buckets are keyed by the communication dtype
+        # (stage3's ipg_buckets), fp32 as paratrain configures it
+        bucket_b = wire_bytes(sharding, plan.precision)[1] if layout == "tensor" else g_b
+        out.buffers += round(min(ZERO_REDUCE_BUCKET, model.params) * bucket_b)
     if sharding.fusion_buffer and n > 1:
         out.buffers += HOROVOD_FUSION_BYTES
     if sharding.gathers_outputs and n > 1 and out.activations is not None and model.transformer is not None:
