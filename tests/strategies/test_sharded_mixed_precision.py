@@ -2,7 +2,8 @@
 fp32 shards and optimizer state, gradients reduced in fp32. Measured on real 2-process compares of the bundled gpt
 (LayerNorm, a learned position table, tied embeddings): the parameters FSDP all-gathers per step are half the bytes
 of ``mixed=autocast`` (the fp32 shards gathered, then cast), the peak is lower, the state at rest is the same, and
-every figure is what advise's model says."""
+every figure is what advise's model says. DeepSpeed's ZeRO-3 holds bf16 partitions (2 + 2 + 12 bytes) also when
+the model is built by ``session.init_module()`` and partitioned from rank 0, tied embeddings included."""
 
 from __future__ import annotations
 
@@ -15,7 +16,8 @@ pytestmark = pytest.mark.multiprocess
 
 @pytest.fixture(scope="module")
 def compared(tmp_path_factory):
-    settings = CompareSettings(workload="gpt", strategies=["single", "fsdp", "fsdp:mixed=autocast"], nproc=[1, 2],
+    settings = CompareSettings(workload="gpt", strategies=["single", "fsdp", "fsdp:mixed=autocast",
+                                                                   "deepspeed:zero3"], nproc=[1, 2],
                                steps=10, warmup=1, width=128, depth=3, precision="bf16-mixed", timeout=300)
     results = run_compare(settings, tmp_path_factory.mktemp("mixed"))
     return {c["key"]: c for c in results["cells"]}
@@ -34,10 +36,25 @@ def test_fsdp_gathers_bf16_parameters_half_the_bytes_of_autocast(compared):
 
 
 def test_advise_sizes_both_within_ten_percent(compared):
-    for key in ("single×1", "fsdp×2", "fsdp:mixed=autocast×2"):
+    for key in ("single×1", "fsdp×2", "fsdp:mixed=autocast×2", "deepspeed:zero3×2"):
         cell = compared[key]
         assert cell["peak_mem_kind"] in ("cpu_tensors", "cuda_max_allocated"), cell["peak_mem_kind"]
         predicted, measured = cell["predicted_mem"]["total"], cell["peak_mem_bytes"][0]
         assert abs(predicted - measured) / measured < 0.10, (key, predicted, measured)
-        assert cell["predicted_mem"]["params"] + cell["predicted_mem"]["grads"] + \
-            cell["predicted_mem"]["optimizer"] == cell["state_bytes"][0], key
+        state = cell["predicted_mem"]["params"] + cell["predicted_mem"]["grads"] + cell["predicted_mem"]["optimizer"]
+        # exact, but for the few bytes of scalars DeepSpeed's engine keeps beside the partitions (a gradient norm, a
+        # step count: 9 B at ZeRO-3), which advise does not count
+        assert 0 <= cell["state_bytes"][0] - state <= (64 if key.startswith("deepspeed") else 0), key
+
+
+def test_zero3_holds_bf16_partitions_and_trains_the_curve(compared):
+    cell = compared["deepspeed:zero3×2"]
+    assert cell["status"] == "ok", cell.get("error")
+    assert cell["equivalence"] in ("exact", "within_noise"), cell["equivalence_reason"]
+    from paratrain.advise import memory, models
+    from paratrain.advise.methods import get
+
+    fp32 = memory.rank_memory(models.from_bundled("gpt", 128, 3), get("deepspeed:zero3").sharding,
+                              memory.Plan(ranks=2, optimizer="adamw"))
+    predicted = cell["predicted_mem"]  # bf16 partitions and gradients: half fp32's bytes, the same optimizer state
+    assert (2 * predicted["params"], 2 * predicted["grads"]) == (fp32.params, fp32.grads)

@@ -2,10 +2,9 @@
 
 The accounting is the ZeRO paper's (Rajbhandari et al. 2020): with Ψ parameters, mixed-precision Adam holds 2Ψ
 of 16-bit parameters, 2Ψ of 16-bit gradients and KΨ = 12Ψ of fp32 master weights, momentum and variance; ZeRO
-stage 1 divides K by N ranks, stage 2 the gradients too, stage 3 everything. That is DeepSpeed's bf16 mode at
-ZeRO-1/2; under bf16-mixed each method holds what it runs (``Sharding.sixteen_bit``, :func:`element_bytes`): the
-replicated methods keep fp32 weights under autocast, FSDP keeps fp32 shards and gathers bf16 copies, and ZeRO-3 as
-paratrain partitions it keeps fp32 partitions beside bf16 gradients (:func:`sixteen_bit`). FSDP's
+stage 1 divides K by N ranks, stage 2 the gradients too, stage 3 everything. That is DeepSpeed's bf16 mode; under
+bf16-mixed each method holds what it runs (``Sharding.sixteen_bit``, :func:`element_bytes`): the replicated
+methods keep fp32 weights under autocast, FSDP keeps fp32 shards and gathers bf16 copies. FSDP's
 ``full``/``grad_op`` shard like stage 3 / stage 2 at rest. When the module's shapes are known the split is exact
 per rank, in the layout each method really uses, so the figures equal what `compare` measures on real runs byte for byte
 (``tests/advise/test_calibration.py``, ``tests/strategies/test_deepspeed.py``):
@@ -76,50 +75,34 @@ class RankMemory:
 
 def element_bytes(precision: str, optimizer: str, sixteen_bit: str = "") -> tuple[int, int, int]:
     """(parameter, gradient, optimizer) bytes per parameter held at rest. Only a method whose weights are 16-bit
-    under mixed precision (``sixteen_bit="weights"``: DeepSpeed's bf16 mode at ZeRO-1/2) holds 2 + 2 bytes, with
-    fp32 master weights in the optimizer's share as the ZeRO paper counts them; ZeRO-3 as paratrain runs it
-    (``"grads"``, see :func:`sixteen_bit`) holds 4 + 2 bytes, the same 12 in the optimizer; autocast over fp32
-    weights and FSDP's fp32 shards hold what fp32 training holds."""
+    under mixed precision (``sixteen_bit="weights"``: DeepSpeed's bf16 mode) holds 2 + 2 bytes, with
+    fp32 master weights in the optimizer's share as the ZeRO paper counts them; autocast over fp32 weights and
+    FSDP's fp32 shards hold what fp32 training holds."""
     states = _STATES[optimizer]
     if precision == "bf16-mixed" and sixteen_bit == "weights":
         return 2, 2, 4 + 4 * states
-    if precision == "bf16-mixed" and sixteen_bit == "grads":
-        return 4, 2, 4 + 4 * states
     return 4, 4, 4 * states
 
 
 def sixteen_bit(sharding: Sharding, precision: str) -> str:
     """How a method holds its weights under ``precision`` (see ``Sharding.sixteen_bit``): only bf16-mixed changes a
-    sharded method's layout; fp16-mixed is autocast over fp32 weights everywhere.
-
-    DeepSpeed's bf16 mode holds bf16 weights only where its engine casts them: at ZeRO-1/2 (``"weights"``). At
-    ZeRO-3 paratrain partitions the model before the engine exists (``deepspeed_init.partition_from_rank0``:
-    ``zero.Init(module=...)``), and ``Init._convert_to_zero_parameters`` moves a module's parameters to the device
-    without casting them, while the engine casts no model that is already partitioned
-    (``engine._cast_module_mixed_precision``: ``is_zero_init_model``). So ZeRO-3's partitions, its persistent tensors
-    and the parameters it gathers stay fp32, and the forward runs under the engine's torch_autocast; its gradient
-    partitions are the engine's bf16 (``grad_partitions_flat_buffer`` in the gradient-accumulation dtype, the
-    model dtype bf16) and its optimizer keeps its own fp32 master copy beside the fp32 partitions: ``"grads"``,
-    4 + 2 + 12 bytes (measured on a 3 M llama at 2 ranks: 28.72 MiB, as counted)."""
-    mode = sharding.sixteen_bit if precision == "bf16-mixed" else ""
-    if mode == "weights" and sharding.layout == "tensor":
-        return "grads"
-    return mode
+    sharded method's layout; fp16-mixed is autocast over fp32 weights everywhere. DeepSpeed's ZeRO-3 holds bf16
+    weights like ZeRO-1/2 also when paratrain partitions the model before the engine exists
+    (``deepspeed_init.partition_from_rank0`` casts each module first, as the engine would)."""
+    return sharding.sixteen_bit if precision == "bf16-mixed" else ""
 
 
 def wire_bytes(sharding: Sharding, precision: str) -> tuple[int, int]:
     """(parameter, gradient) bytes per element sent: 16-bit parameters gathered by the sharded methods that hold or
-    gather them under bf16-mixed (ZeRO-3 gathers its fp32 partitions: :func:`sixteen_bit`), gradients reduced in
-    fp32 by every method paratrain runs."""
+    gather them under bf16-mixed, gradients reduced in fp32 by every method paratrain runs."""
     mode = sixteen_bit(sharding, precision)
     return (2 if mode in ("weights", "gathered") else 4), 4
 
 
 def computes_under_autocast(sharding: Sharding, precision: str) -> bool:
     """Whether the forward computes with 16-bit copies autocast makes of fp32 weights (and keeps an fp32 residual
-    stream): every method under the mixed precisions but those that hold or gather 16-bit weights (ZeRO-3's weights
-    stay fp32: :func:`sixteen_bit`)."""
-    return precision in AUTOCAST and sixteen_bit(sharding, precision) in ("", "grads")
+    stream): every method under the mixed precisions but those that hold or gather 16-bit weights."""
+    return precision in AUTOCAST and not sixteen_bit(sharding, precision)
 
 
 # Units' worth of unsharded tensors FSDP2 holds in backward: the unit computing, the next one prefetched, the unit's

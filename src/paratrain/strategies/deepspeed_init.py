@@ -19,9 +19,22 @@ import torch
 import torch.distributed as dist
 
 
+def _weights_dtype(config: dict[str, Any]) -> torch.dtype | None:
+    """The dtype DeepSpeed's engine casts the weights to (its ``bf16``/``fp16`` sections), or None: fp32."""
+    for section, dtype in (("bf16", torch.bfloat16), ("fp16", torch.float16)):
+        if (config.get(section) or {}).get("enabled"):
+            return dtype
+    return None
+
+
 def partition_from_rank0(model: torch.nn.Module, config: dict[str, Any]) -> None:
+    """Partition ``model`` module by module from rank 0's values. Under DeepSpeed's 16-bit weight modes each
+    module's parameters are cast before they are partitioned, as the engine casts a model it partitions itself:
+    ``zero.Init`` keeps the dtype it is handed and the engine casts no model already partitioned, so without the cast
+    ZeRO-3 would hold and gather fp32 weights where ZeRO-1/2 hold bf16 ones."""
     import deepspeed
 
+    dtype = _weights_dtype(config)
     for module in reversed(list(model.modules())):  # children before their parents
         for tensor in [*module.parameters(recurse=False), *module.buffers(recurse=False)]:
             if tensor.is_meta:  # a rank other than 0: this module's tensors, uninitialised until the broadcast
@@ -29,6 +42,10 @@ def partition_from_rank0(model: torch.nn.Module, config: dict[str, Any]) -> None
                 empty = torch.empty_like(tensor, device="cpu")
                 torch.utils.swap_tensors(tensor, torch.nn.Parameter(empty, tensor.requires_grad)
                                          if isinstance(tensor, torch.nn.Parameter) else empty)
+        if dtype is not None:  # in place (a tied weight stays one parameter); one already partitioned is skipped
+            for param in module.parameters(recurse=False):
+                if param.is_floating_point() and not hasattr(param, "ds_id"):
+                    param.data = param.data.to(dtype)
         if any(True for _ in module.parameters(recurse=False)):
             # mem_efficient_linear=False: with a module given, DeepSpeed would patch F.linear and never restore it
             deepspeed.zero.Init(module=module, config_dict_or_path=config, mem_efficient_linear=False)
