@@ -293,6 +293,8 @@ class StepRecorder:
             import torch
 
             summary["cuda_max_allocated_bytes"] = torch.cuda.max_memory_allocated(device)
+            # the caching allocator's high-water mark: what runs out first, beside advise's reserved figure
+            summary["cuda_max_reserved_bytes"] = torch.cuda.max_memory_reserved(device)
         self.write(summary)
         self._file.close()
         self._file = None

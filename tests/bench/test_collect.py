@@ -44,3 +44,21 @@ def test_communication_the_profiler_could_not_see_is_none_not_zero(tmp_path):
     cell = {"key": "horovod×2", "status": "ok", "nproc": 2, **out}
     row = next(line for line in breakdown_markdown({"cells": [cell]}) if line.startswith("| horovod×2"))
     assert "not measured" in row and "0.00" not in row, row
+
+
+def test_a_gpu_rank_reports_allocated_and_reserved_peaks(tmp_path):
+    """On GPUs each rank's summary carries CUDA's max allocated and max reserved (metrics.StepRecorder): the cell's
+    peak is the allocated one, and the caching allocator's peak is kept beside it for advise's reserved figure. On a
+    CPU there is no reserved figure and the key is absent."""
+    for rank, (allocated, reserved) in enumerate(((100, 140), (90, 150))):
+        _write(tmp_path, rank, [1.0] * 12)
+        summary = {"summary": True, "peak_rss_bytes": 10, "peak_rss_above_start_bytes": 5, "t": 200.0,
+                   "cuda_max_allocated_bytes": allocated, "cuda_max_reserved_bytes": reserved}
+        with (tmp_path / f"rank{rank}.jsonl").open("a") as fh:
+            fh.write(json.dumps(summary) + "\n")
+    out = summarize(tmp_path, warmup=2, launch_time=99.0, tokens_per_sample=None)
+    assert (out["peak_mem_kind"], out["peak_mem_bytes"], out["peak_reserved_bytes"]) == ("cuda", [100, 90], [140, 150])
+    cpu = tmp_path / "cpu"
+    cpu.mkdir()
+    _write(cpu, 0, [1.0] * 12)
+    assert "peak_reserved_bytes" not in summarize(cpu, warmup=2, launch_time=99.0, tokens_per_sample=None)

@@ -37,13 +37,13 @@ def summarize(folder: Path, *, warmup: int, launch_time: float, tokens_per_sampl
     """Aggregate over ranks: a step takes as long as its slowest rank; the global loss is the mean of rank shares."""
     ranks = read_rank_files(folder)
     steps: dict[int, list[dict[str, Any]]] = {}
-    peak, above, cuda_peak, tensors, state, threads, logged = [], [], [], [], [], [], {}
+    peak, above, cuda_peak, reserved, tensors, state, threads, logged = [], [], [], [], [], [], [], {}
     param_count = model = None
     epochs: dict[str, dict[int, float]] = {"epoch_start": {}, "epoch_end": {}}
     closed_at = None
     profiles: dict[int, dict[str, Any]] = {}
     for rank in sorted(ranks):
-        rank_peak = rank_above = rank_cuda = rank_tensors = rank_state = None
+        rank_peak = rank_above = rank_cuda = rank_reserved = rank_tensors = rank_state = None
         for rec in ranks[rank]:
             if "step" in rec:
                 steps.setdefault(rec["step"], []).append({**rec, "rank": rank})
@@ -57,6 +57,7 @@ def summarize(folder: Path, *, warmup: int, launch_time: float, tokens_per_sampl
                 rank_peak = rec.get("peak_rss_bytes")
                 rank_above = rec.get("peak_rss_above_start_bytes")
                 rank_cuda = rec.get("cuda_max_allocated_bytes")
+                rank_reserved = rec.get("cuda_max_reserved_bytes")
                 rank_tensors = rec.get("cpu_tensor_peak_bytes")
                 closed_at = rec.get("t") if rank == 0 else closed_at
             elif rank == 0 and (event := next((k for k in epochs if k in rec), None)):
@@ -68,6 +69,7 @@ def summarize(folder: Path, *, warmup: int, launch_time: float, tokens_per_sampl
         peak.append(rank_peak)
         above.append(rank_above)
         cuda_peak.append(rank_cuda)
+        reserved.append(rank_reserved)
         tensors.append(rank_tensors)
         state.append(rank_state)
     world = len(ranks)
@@ -93,6 +95,8 @@ def summarize(folder: Path, *, warmup: int, launch_time: float, tokens_per_sampl
         kinds = (("cpu_tensors", tensors), ("rss_above_start", above))
         kind, values = next(((k, v) for k, v in kinds if v and all(b is not None for b in v)), ("rss", peak))
     out["peak_mem_bytes"], out["peak_mem_kind"] = values, kind
+    if any(b is not None for b in reserved):  # GPUs: the caching allocator's peak per rank, beside the allocated
+        out["peak_reserved_bytes"] = reserved
     if timed:
         median = statistics.median(timed)
         out["step_time_median_s"] = median
