@@ -94,6 +94,20 @@ def _saved_ops() -> tuple[frozenset[Any], frozenset[Any]]:
     return matmuls, kept
 
 
+def _pass_profiler_ranges() -> None:
+    """Let selective checkpointing pass over profiler ranges (``record_function``) instead of replaying them. Torch's
+    selective checkpoint stores every op of a block's forward and requires its recompute to meet the same ops; fsdp's
+    hooks, which torch puts before a block's checkpoint hook, open a profiler range that falls outside the block's
+    forward and inside its recompute ("profiler._record_function_enter_new.default encountered during backward but
+    not found in storage"). A range computes nothing, so it is added to ``SAC_IGNORED_OPS``, the set torch exports
+    for ops its selective checkpoint lets through (as it does ``detach``)."""
+    from torch.utils import checkpoint
+
+    profiler = torch.ops.profiler
+    checkpoint.SAC_IGNORED_OPS.update({profiler._record_function_enter_new.default,
+                                       profiler._record_function_exit._RecordFunction})
+
+
 def selective_context() -> Any:
     """The ``context_fn`` of one block's checkpoint under the ``op`` mode, made afresh for each forward of the block:
     keep the outputs of the attention kernels and reductions, and of every other matrix multiply (the 1st, 3rd, …
@@ -101,6 +115,7 @@ def selective_context() -> Any:
     The multiplies are counted per pass: older torch asks the policy during the recompute too."""
     from torch.utils.checkpoint import CheckpointPolicy, create_selective_checkpoint_contexts
 
+    _pass_profiler_ranges()
     matmuls, kept = _saved_ops()
     counts = {False: 0, True: 0}
 

@@ -58,3 +58,14 @@ def test_zero3_holds_bf16_partitions_and_trains_the_curve(compared):
                               memory.Plan(ranks=2, optimizer="adamw"))
     predicted = cell["predicted_mem"]  # bf16 partitions and gradients: half fp32's bytes, the same optimizer state
     assert (2 * predicted["params"], 2 * predicted["grads"]) == (fp32.params, fp32.grads)
+
+
+def test_selective_checkpointing_runs_under_fsdps_mixed_precision(tmp_path):
+    """fsdp's mixed precision hooks open profiler ranges that torch's selective checkpoint met in a block's
+    recompute and not in its forward ("encountered during backward but not found in storage"): the op mode lets
+    them through (blocks._pass_profiler_ranges) and trains the one-process curve."""
+    settings = CompareSettings(workload="gpt", strategies=["single", "fsdp"], nproc=[1, 2], steps=6, warmup=1,
+                               width=64, depth=2, precision="bf16-mixed", activation_checkpointing="op", timeout=300)
+    cells = {c["key"]: c for c in run_compare(settings, tmp_path)["cells"]}
+    assert cells["fsdp×2"]["status"] == "ok", cells["fsdp×2"].get("error")
+    assert cells["fsdp×2"]["equivalence"] in ("exact", "within_noise"), cells["fsdp×2"]["equivalence_reason"]
