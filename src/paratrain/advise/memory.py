@@ -252,8 +252,9 @@ def pipeline_memory(model: ModelSpec, plan: Plan, schedule: str) -> RankMemory:
         out.activations = _activation_bytes(model, plan, out.notes)
         return out
     chunks = pipeline_chunks(stages)
-    blocks = arch.layers * sum(arch.block_matrices())
-    outside = max(0, model.params - blocks)  # embeddings, output layer, norms and biases
+    norms = 2 * arch.hidden * (2 if arch.norm == "layernorm" else 1)  # a pre-norm block's two (LayerNorm: + bias)
+    blocks = arch.layers * (sum(arch.block_matrices()) + norms)
+    outside = max(0, model.params - blocks)  # embeddings, output layer, the final norm and biases
     embedding = min(outside, arch.vocab * arch.hidden)
     elem = 4 if plan.precision == "fp32" else 2
     best = RankMemory()
@@ -261,7 +262,11 @@ def pipeline_memory(model: ModelSpec, plan: Plan, schedule: str) -> RankMemory:
         last = stage == stages - 1
         held = blocks * layers / arch.layers + (outside - embedding if last else embedding)
         out = RankMemory()
-        out.params, out.grads, out.optimizer = round(held * p_b), round(held * g_b), round(held * o_b)
+        # Adam's step count per tensor: a block's matrices and norms; the embedding, or the final norm and the head
+        tensors = layers * (4 + (3 if arch.mlp == "swiglu" else 2) + (4 if arch.norm == "layernorm" else 2)) + \
+            (2 if last else 1)
+        steps = ADAM_STEP_BYTES * tensors if plan.optimizer in ("adam", "adamw") else 0
+        out.params, out.grads, out.optimizer = round(held * p_b), round(held * g_b), round(held * o_b) + steps
         in_flight = chunks if schedule == "gpipe" else (1 if last else min(stages, chunks))
         part = replace(arch, layers=layers, vocab=arch.vocab if last else 0)  # no logits before the last stage
         whole = _activation_bytes(replace(model, transformer=part), plan, out.notes)
