@@ -59,6 +59,7 @@ class CellResult:
     # memory and model
     peak_mem_bytes: list[int | None] = field(default_factory=list)
     peak_mem_kind: str = "rss"
+    peak_reserved_bytes: list[int | None] | None = None  # GPUs: CUDA's max reserved per rank; None elsewhere
     state_bytes: list[int | None] = field(default_factory=list)
     predicted_mem: dict[str, Any] | None = None
     over_budget: str | None = None
