@@ -109,7 +109,7 @@ def selective_bytes(arch: Transformer, batch: int, elem: int, tp: int = 1) -> in
 
 
 def activation_bytes(arch: Transformer, batch: int, elem: int, *, checkpointing: ac_modes.Mode = False,
-                     autocast: bool = False, tp: int = 1) -> int:
+                     autocast: bool = False, tp: int = 1, alongside: int = 0) -> int:
     """The peak of what forward keeps for backward, under each checkpointing mode (paratrain/ac_modes.py). A block
     stored whole keeps all its saved tensors; a block checkpointed keeps its input (and under ``op`` what
     :func:`selective_bytes` counts), and during backward recomputes its full set, which then lives beside the
@@ -122,7 +122,9 @@ def activation_bytes(arch: Transformer, batch: int, elem: int, *, checkpointing:
     every mode (``tests/advise/test_calibration.py``). ``autocast``: 16-bit compute over fp32 weights (``elem`` 2),
     whose block inputs are fp32 and whose matrix multiplies keep 16-bit copies (:func:`autocast_extra_bytes`).
     ``tp``: the blocks split over that many ranks by tensor parallelism (each rank's share; outside the blocks all is
-    whole)."""
+    whole). ``alongside``: how many other micro-batches of ``batch`` samples hold what their forward kept while this
+    one runs (a pipeline stage's in-flight micro-batches): each holds its end-of-forward set, its own 16-bit weight
+    copies included (autocast runs, and clears its cache, once per micro-batch's forward)."""
     mode = ac_modes.parse(checkpointing)
     layer = per_layer_bytes(arch, batch, elem, tp)
     outside = outside_layers_bytes(arch, batch, elem)
@@ -135,9 +137,10 @@ def activation_bytes(arch: Transformer, batch: int, elem: int, *, checkpointing:
     kept_checkpointed = block_io + (selective_bytes(arch, batch, elem, tp) if mode == "op" else 0)
     checkpointed = ac_modes.checkpointed(mode, arch.layers)
     kept = [kept_checkpointed if c else layer + weights for c in checkpointed]
+    others = alongside * (sum(kept) + outside + head)
     peak = sum(kept) + outside + head + loss_backward_bytes(arch, batch)  # the start of backward
     for i, c in enumerate(checkpointed):  # each block's backward, the blocks before it still holding their share
         before = sum(kept[:i])
         working = block_io + layer + weights + block_io if c else layer + weights + head
         peak = max(peak, before + working + gradients)
-    return peak
+    return peak + others

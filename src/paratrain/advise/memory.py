@@ -170,7 +170,7 @@ def _largest_unit(model: ModelSpec) -> float:
 
 
 def _activation_bytes(model: ModelSpec, plan: Plan, notes: list[str], tp: int = 1,
-                      sharding: Sharding | None = None) -> int | None:
+                      sharding: Sharding | None = None, alongside: int = 0) -> int | None:
     elem = 4 if plan.precision == "fp32" else 2
     autocast = computes_under_autocast(sharding or Sharding(), plan.precision)
     if model.transformer is not None:
@@ -178,7 +178,8 @@ def _activation_bytes(model: ModelSpec, plan: Plan, notes: list[str], tp: int = 
         if plan.seq_len and plan.seq_len != arch.seq_len:
             arch = type(arch)(**{**arch.__dict__, "seq_len": plan.seq_len})
         return activations.activation_bytes(arch, plan.micro_batch, elem, checkpointing=plan.checkpointing,
-                                            autocast=autocast, tp=tp)
+                                            autocast=autocast, tp=tp,
+                                            alongside=alongside)
     if model.activation_bytes is not None and model.activation_batch:
         scale = plan.micro_batch / model.activation_batch * (elem / 4)
         if plan.checkpointing:
@@ -252,11 +253,11 @@ def pipeline_memory(model: ModelSpec, plan: Plan, schedule: str) -> RankMemory:
         out.activations = _activation_bytes(model, plan, out.notes)
         return out
     chunks = pipeline_chunks(stages)
+    micro = math.ceil(plan.micro_batch / chunks)
     norms = 2 * arch.hidden * (2 if arch.norm == "layernorm" else 1)  # a pre-norm block's two (LayerNorm: + bias)
     blocks = arch.layers * (sum(arch.block_matrices()) + norms)
     outside = max(0, model.params - blocks)  # embeddings, output layer, the final norm and biases
     embedding = min(outside, arch.vocab * arch.hidden)
-    elem = 4 if plan.precision == "fp32" else 2
     best = RankMemory()
     for stage, layers in ((0, math.ceil(arch.layers / stages)), (stages - 1, arch.layers // stages)):
         last = stage == stages - 1
@@ -269,9 +270,11 @@ def pipeline_memory(model: ModelSpec, plan: Plan, schedule: str) -> RankMemory:
         out.params, out.grads, out.optimizer = round(held * p_b), round(held * g_b), round(held * o_b) + steps
         in_flight = chunks if schedule == "gpipe" else (1 if last else min(stages, chunks))
         part = replace(arch, layers=layers, vocab=arch.vocab if last else 0)  # no logits before the last stage
-        whole = _activation_bytes(replace(model, transformer=part), plan, out.notes)
-        out.activations = None if whole is None else round(whole * in_flight / chunks)
-        out.buffers = 2 * math.ceil(plan.micro_batch / chunks) * (plan.seq_len or arch.seq_len) * arch.hidden * elem
+        # one micro-batch's forward and backward (its recompute under checkpointing), the others in flight holding
+        # what their forward kept
+        out.activations = _activation_bytes(replace(model, transformer=part), replace(plan, micro_batch=micro),
+                                            out.notes, alongside=in_flight - 1)
+        out.buffers = 2 * micro * (plan.seq_len or arch.seq_len) * arch.hidden * 4  # fp32: the residual stream
         if out.total >= best.total:
             best = out
     best.notes.append(f"{plan.micro_batch} samples cut into {chunks} micro-batches; pipeline bubble "
