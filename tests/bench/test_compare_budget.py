@@ -1,6 +1,6 @@
-"""A comparison under a memory budget that only the sharded methods fit, end to end on CPU/gloo: the model is the
-bundled llama (a transformers Llama) at 3 M parameters with activation checkpointing (advise: ~107 MiB for one
-process, ~87 MiB per rank for ddp×2, ~65 MiB for fsdp×2, ~85 MiB for zero3×2) under a budget between
+"""A comparison under a memory budget that only the methods splitting the model fit, end to end on CPU/gloo: the model
+is the bundled llama (a transformers Llama) at 3 M parameters with activation checkpointing (advise: ~101 MiB for one
+process, ~84 MiB per rank for ddp×2, ~62 MiB for fsdp×2, ~41 MiB for pp×2) under a budget between
 (tests/bench/test_budget.py plans the same cells without running them)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from tests.bench.test_budget import BUDGET_GIB, SIZE
 from tests.helpers.launch import check, paratrain
 from tests.helpers.requirements import requires
 
-pytestmark = [pytest.mark.multiprocess, pytest.mark.slow, requires("deepspeed", "transformers")]
+pytestmark = [pytest.mark.multiprocess, pytest.mark.slow, requires("transformers")]
 STEPS = "8"  # the fewest that compare profiles (after 2 warm-up steps, 3 profiled and 3 timed)
 WORKLOAD = ["-w", SIZE["workload"], "--width", str(SIZE["width"]), "--depth", str(SIZE["depth"]),
             "--activation-checkpointing", "--steps", STEPS, "--warmup", "2"]
@@ -25,16 +25,16 @@ def _compare(out, *args: str) -> dict:
 
 @pytest.mark.timeout(900)
 def test_only_the_sharded_methods_fit_and_they_train_the_one_process_curve(tmp_path):
-    results = _compare(tmp_path / "budget", "--strategies", "single,ddp,fsdp,deepspeed:zero3", "--nproc", "2",
+    results = _compare(tmp_path / "budget", "--strategies", "single,ddp,fsdp,pp", "--nproc", "2",
                        "--memory-per-rank", str(BUDGET_GIB))
     cells = {c["key"]: c for c in results["cells"]}
     for key in ("single×1", "ddp×2"):
         assert cells[key]["status"] == "does_not_fit" and cells[key]["log"] is None, cells[key]
-    sharded = ("fsdp×2", "deepspeed:zero3×2")
+    sharded = ("fsdp×2", "pp×2")
     for key in sharded:
         cell = cells[key]
         assert cell["status"] == "ok", (key, cell["error"])
-        # a tensor peak above the budget is over it (ZeRO-3's moves by its gathered parameters between runs)
+        # a tensor peak above the budget is over it
         above = max(cell["peak_mem_bytes"]) > BUDGET_GIB * (1 << 30)
         assert (cell["over_budget"] is not None) == above, (key, cell["peak_mem_bytes"], cell["over_budget"])
         predicted = cell["predicted_mem"]
@@ -45,13 +45,14 @@ def test_only_the_sharded_methods_fit_and_they_train_the_one_process_curve(tmp_p
         # measured like a GPU's max allocated: the tensors' peak, which holds at least the rank's state
         assert cell["peak_mem_kind"] == "cpu_tensors", (key, cell["peak_mem_kind"])
         assert all(peak >= held for peak, held in zip(cell["peak_mem_bytes"], cell["state_bytes"], strict=True)), key
-        # and what advise predicts for the whole rank — state, activations, buffers — within 15 % (measured here:
-        # fsdp×2 −6 to +10 %). ZeRO-3's peak moves between runs by about the model's size, which its gathered
-        # parameters take (83.3, 83.3 and 94.7 MiB in three runs against 84.8 predicted): held within 30 %.
-        bound = 0.3 if key.startswith("deepspeed") else 0.15
-        for peak in cell["peak_mem_bytes"]:
+        # and what advise predicts for the whole rank — state, activations, buffers: pp×2 within 1 % here, held to
+        # 10 %; fsdp×2 −6 to +10 %, held to 20 %, as its collectives run on gloo's threads beside backward and what is
+        # alive at the peak depends on their timing (a bf16 cell of the same model: 56.8 then 42.7 MiB in two runs).
+        # pp's last stage holds less than its first: the busier is held to it.
+        peaks, bound = (cell["peak_mem_bytes"], 0.2) if key.startswith("fsdp") else ([max(cell["peak_mem_bytes"])], 0.1)
+        for peak in peaks:
             assert abs(peak - predicted["total"]) <= bound * predicted["total"], (key, peak, predicted)
-    assert results["reference"] == "fsdp×2" and cells["deepspeed:zero3×2"]["equivalence"] == "exact"
+    assert results["reference"] == "fsdp×2" and cells["pp×2"]["equivalence"] == "exact"
     assert results["recommendation"]["winner"] in sharded
     lines = results["recommendation"]["lines"]
     assert any(line.startswith(f"Not started, as they cannot fit {BUDGET_GIB:.3g} GiB per rank") for line in lines)

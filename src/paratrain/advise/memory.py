@@ -32,7 +32,7 @@ OPTIMIZERS = ("sgd", "sgd-momentum", "adam", "adamw")
 _STATES = {"sgd": 0, "sgd-momentum": 1, "adam": 2, "adamw": 2}  # fp32 tensors per parameter
 ADAM_STEP_BYTES = 4  # torch's Adam keeps its step count as a one-element fp32 tensor per parameter tensor
 HOROVOD_FUSION_BYTES = 64 * 1024 * 1024  # HOROVOD_FUSION_THRESHOLD's default
-USABLE = 0.9  # of a GPU's memory: the CUDA context, allocator fragmentation and temporaries take the rest
+USABLE = 0.9  # of a GPU's memory for the allocator's reserved peak: the CUDA context and NCCL's buffers take the rest
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,6 +57,8 @@ class RankMemory:
     activations: int | None = 0
     buffers: int = 0
     host: int = 0
+    # Gradients counted in ``grads`` that backward has not made yet when the step peaks (activations.activation_peak)
+    grads_unmade: int = 0
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -66,11 +68,13 @@ class RankMemory:
 
     @property
     def total(self) -> int:
-        return self.state + (self.activations or 0) + self.buffers
+        """The step's peak: the state, less the gradients not made yet at that moment, the activations and buffers."""
+        return self.state - self.grads_unmade + (self.activations or 0) + self.buffers
 
     def to_json(self) -> dict[str, int | None]:
         return {"params": self.params, "grads": self.grads, "optimizer": self.optimizer,
-                "activations": self.activations, "buffers": self.buffers, "host": self.host, "total": self.total}
+                "activations": self.activations, "buffers": self.buffers, "host": self.host,
+                "grads_unmade": self.grads_unmade, "total": self.total}
 
 
 def element_bytes(precision: str, optimizer: str, sixteen_bit: str = "") -> tuple[int, int, int]:
@@ -171,28 +175,52 @@ def _largest_unit(model: ModelSpec) -> float:
 
 def _activation_bytes(model: ModelSpec, plan: Plan, notes: list[str], tp: int = 1,
                       sharding: Sharding | None = None, alongside: int = 0) -> int | None:
+    return _activations(model, plan, notes, tp, sharding, alongside)[0]
+
+
+def _activations(model: ModelSpec, plan: Plan, notes: list[str], tp: int = 1, sharding: Sharding | None = None,
+                 alongside: int = 0, grads: tuple[int, int] = (0, 0)) -> tuple[int | None, int]:
+    """(activations, gradients not made yet) at the step's peak (:func:`activations.activation_peak`)."""
     elem = 4 if plan.precision == "fp32" else 2
     autocast = computes_under_autocast(sharding or Sharding(), plan.precision)
     if model.transformer is not None:
         arch = model.transformer
         if plan.seq_len and plan.seq_len != arch.seq_len:
             arch = type(arch)(**{**arch.__dict__, "seq_len": plan.seq_len})
-        return activations.activation_bytes(arch, plan.micro_batch, elem, checkpointing=plan.checkpointing,
-                                            autocast=autocast, tp=tp,
-                                            alongside=alongside)
+        return activations.activation_peak(arch, plan.micro_batch, elem, checkpointing=plan.checkpointing,
+                                           autocast=autocast, tp=tp, alongside=alongside, grads=grads)
     if model.activation_bytes is not None and model.activation_batch:
         scale = plan.micro_batch / model.activation_batch * (elem / 4)
         if plan.checkpointing:
             notes.append("checkpointing not modelled for a non-transformer module")
-        return int(model.activation_bytes * scale)
+        return int(model.activation_bytes * scale), 0
     notes.append("activations not counted (no architecture: use a preset, or a factory returning example inputs)")
-    return None
+    return None, 0
 
 
-def tensor_parallel_memory(model: ModelSpec, plan: Plan, sharding: Sharding | None = None) -> RankMemory:
+def made_in_backward(model: ModelSpec, grads: int, tp: int = 1) -> tuple[int, int]:
+    """(one block's, the output layer's) share of a rank's ``grads`` bytes, for a method whose gradients backward
+    makes tensor by tensor (``p.grad``, set to None between steps): they are not alive before backward reaches them
+    (see :func:`paratrain.advise.activations.activation_bytes`). ``tp``: the blocks' matrices split over that many
+    ranks. (0, 0) without an architecture: every gradient is then counted as alive throughout."""
+    arch = model.transformer
+    if arch is None or not model.params or not grads:
+        return 0, 0
+    attention, mlp = arch.block_matrices()
+    matrices = attention + mlp * arch.experts
+    norms = 2 * arch.hidden * (2 if arch.norm == "layernorm" else 1)
+    split = arch.layers * matrices if tp > 1 else 0
+    held = model.params - split + split / tp
+    per_element = grads / held
+    return round((matrices / tp + norms) * per_element), round(arch.vocab * arch.hidden * per_element)
+
+
+def tensor_parallel_memory(model: ModelSpec, plan: Plan, sharding: Sharding | None = None,
+                           rows: int = 1) -> RankMemory:
     """Tensor parallelism over ``plan.ranks``: the split layers' parameters, gradients and optimizer state divided
     evenly (paratrain refuses an uneven split), the rest whole on every rank, every tensor a DTensor with its own
-    Adam step count; the activations inside the split divided too, for the micro-batch every rank computes."""
+    Adam step count; the activations inside the split divided too, for the micro-batch every rank computes.
+    ``rows``: FSDP shards the state further over that many groups (:func:`fsdp_tp_memory`)."""
     p_b, g_b, o_b = element_bytes(plan.precision, plan.optimizer)
     out = RankMemory()
     split = model.split_elements
@@ -202,8 +230,9 @@ def tensor_parallel_memory(model: ModelSpec, plan: Plan, sharding: Sharding | No
     held = model.params - split + split / plan.ranks
     steps = ADAM_STEP_BYTES * len(model.shapes or ()) if plan.optimizer in ("adam", "adamw") else 0
     out.params, out.grads, out.optimizer = round(held * p_b), round(held * g_b), round(held * o_b) + steps
-    out.activations = _activation_bytes(model, plan, out.notes, tp=plan.ranks if model.split_elements else 1,
-                                        sharding=sharding)
+    tp = plan.ranks if model.split_elements else 1
+    out.activations, out.grads_unmade = _activations(model, plan, out.notes, tp, sharding,
+                                                     grads=made_in_backward(model, math.ceil(out.grads / rows), tp))
     return out
 
 
@@ -213,7 +242,7 @@ def fsdp_tp_memory(model: ModelSpec, plan: Plan, tp: int, sharding: Sharding | N
     (FSDP_UNITS_HELD of them, each a tp slice)."""
     rows = max(1, plan.ranks // tp)
     mode = sixteen_bit(sharding, plan.precision) if sharding is not None else ""
-    out = tensor_parallel_memory(model, replace(plan, ranks=tp), sharding)
+    out = tensor_parallel_memory(model, replace(plan, ranks=tp), sharding, rows)
     out.params, out.grads, out.optimizer = (math.ceil(x / rows) for x in (out.params, out.grads, out.optimizer))
     if rows > 1:
         out.buffers += round(_largest_unit(model) / tp * unit_bytes(mode))
@@ -318,11 +347,17 @@ def rank_memory(model: ModelSpec, sharding: Sharding, plan: Plan, rank: int = 0)
         moved = getattr(out, part)
         out.host += moved
         setattr(out, part, 0)
-    out.activations = _activation_bytes(model, plan, out.notes, sharding=sharding)
+    # ZeRO's optimizers keep their own gradient partitions (``master``); an offloaded gradient is not on the device
+    per_tensor = not sharding.master and "grads" not in sharding.offload
+    out.activations, out.grads_unmade = _activations(
+        model, plan, out.notes, sharding=sharding, grads=made_in_backward(model, out.grads) if per_tensor else (0, 0))
     if sharding.gathered == "all" and mode == "gathered":  # a bf16 copy of every parameter, beside the fp32 shards
         out.buffers += round(model.params * 2)
     elif sharding.gathered == "all":
         out.buffers += round(model.params * p_b) - (out.params if "params" not in sharding.offload else 0)
+    if sharding.gathered == "all" and n > 1:  # FSDP reduces each unit as backward leaves it, as under "unit" below:
+        # the unit's unsharded gradients (in the compute dtype) and the previous unit's reduce-scatter input (fp32)
+        out.buffers += round(_largest_unit(model) * ((2 if mode == "gathered" else 4) + 4))
     elif sharding.gathered == "reused":  # gathered into buffers of their own, beside the partition: even on one rank
         kept = min(model.params, ZERO3_MAX_REUSE_DISTANCE // 2)
         out.buffers += round(max(kept, 2 * _largest_unit(model)) * p_b)

@@ -120,7 +120,7 @@ def refuse_if_none_fit(unfit: list[tuple[str, str]], budget: Budget | None) -> N
 
 def need_words(mem: RankMemory) -> str:
     """``needs 1.2 GiB per rank (states 1.0 GiB, activations 0.15 GiB, buffers 0.05 GiB)``."""
-    parts = [("states", mem.state), ("activations", mem.activations or 0), ("buffers", mem.buffers)]
+    parts = [("states", mem.state - mem.grads_unmade), ("activations", mem.activations or 0), ("buffers", mem.buffers)]
     shown = ", ".join(f"{name} {gib(value)}" for name, value in parts if value)
     return f"needs {gib(mem.total)} per rank ({shown})"
 
@@ -186,7 +186,7 @@ def memory_markdown(results: dict[str, Any]) -> list[str]:
     for cell in rows:
         mem = cell["predicted_mem"]
         peaks = [b for b in cell.get("peak_mem_bytes") or [] if b is not None]
-        state = mem["params"] + mem["grads"] + mem["optimizer"]
+        state = mem["params"] + mem["grads"] + mem["optimizer"] - mem.get("grads_unmade", 0)  # alive at the peak
         if cell.get("status") == "does_not_fit":
             verdict = "does not fit: not started"
         elif cell.get("over_budget"):

@@ -99,8 +99,9 @@ def _render(result: dict) -> None:
               + (f", {ac_modes.words(plan['checkpointing'])}" if plan["checkpointing"] else "") + _host_words(plan),
               highlight=False)
     usable = plan["usable_bytes_per_gpu"] / (1 << 30)
-    mem = Table(title=f"Memory per GPU in GiB ({usable:.3g} usable), busiest rank (act: activations, buf: working "
-                "buffers, total: peak allocated, reserved: the caching allocator's peak, host: offloaded, per rank)",
+    mem = Table(title=f"Memory per GPU in GiB ({usable:.3g} usable), busiest rank at its peak (grads: those backward "
+                "has made by then, act: activations, buf: working buffers, total: peak allocated, reserved: the "
+                "caching allocator's peak, host: offloaded, per rank)",
                 title_justify="left", box=box.SIMPLE_HEAD)
     for col in ("method", "params", "grads", "optim", "act", "buf", "total", "reserved", "host", "fits"):
         mem.add_column(col, justify="left" if col == "method" else "right", no_wrap=col == "method")
@@ -113,7 +114,7 @@ def _render(result: dict) -> None:
         b = row["per_rank_bytes"]
         name = escape(row["label"]) if row["runnable"] else f"[dim]{escape(row['label'])}*[/]"
         fits = _fits_cell(row)
-        mem.add_row(name, _g(b["params"]), _g(b["grads"]), _g(b["optimizer"]), _g(b["activations"]),
+        mem.add_row(name, _g(b["params"]), _g(b["grads"] - b["grads_unmade"]), _g(b["optimizer"]), _g(b["activations"]),
                     _g(b["buffers"]), _g(b["total"]), _g(b["reserved"]), _g(b["host"]), fits)
         measured = row["measured"]
         how.add_row(name, row["launcher"], str(row["processes"]),
