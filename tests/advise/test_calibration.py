@@ -9,7 +9,7 @@ import torch
 from paratrain.advise import activations, measured, models
 from paratrain.bench import store
 from paratrain.bench.compare import CompareSettings, run_compare
-from tests.helpers.memory import assert_state_is_advises
+from tests.helpers.memory import NATIVE_BF16, assert_state_is_advises
 from tests.helpers.requirements import requires
 
 WIDTH, DEPTH = 32, 1
@@ -50,16 +50,6 @@ def test_activation_formula_matches_what_autograd_saves(width, depth, batch):
     assert abs(predicted - saved) / saved < 0.10, (predicted, saved)
 
 
-def _native_bf16() -> bool:
-    try:
-        with open("/proc/cpuinfo") as fh:
-            flags = fh.read()
-    except OSError:
-        return True
-    return "avx512_bf16" in flags or "amx_bf16" in flags
-
-
-NATIVE_BF16 = _native_bf16()
 
 
 @pytest.mark.parametrize("checkpointing", [False, "full", "op", "every:2"], ids=["none", "full", "op", "every2"])
