@@ -94,7 +94,8 @@ def test_table_shows_fields_na_visibility_and_processes(capsys, monkeypatch):
     assert rows[1][9] == "no" and rows[2][9] == "cuda:0"
     assert "GPU(s): 2, 0." in out
     me = psutil.Process()
-    process_rows = [line.split() for line in out.splitlines() if str(me.pid) in line]
+    # the pid as the row's second cell: as a substring it also matches a GPU's UUID (pid 567 did, in CI)
+    process_rows = [cells for cells in (line.split() for line in out.splitlines()) if cells[1:2] == [str(me.pid)]]
     assert process_rows == [["0", str(me.pid), me.username(), me.name(), "512", "MiB"]]
 
 
