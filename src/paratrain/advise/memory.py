@@ -201,7 +201,7 @@ def _activations(model: ModelSpec, plan: Plan, notes: list[str], tp: int = 1, sh
 def made_in_backward(model: ModelSpec, grads: int, tp: int = 1) -> tuple[int, int]:
     """(one block's, the output layer's) share of a rank's ``grads`` bytes, for a method whose gradients backward
     makes tensor by tensor (``p.grad``, set to None between steps): they are not alive before backward reaches them
-    (see :func:`paratrain.advise.activations.activation_bytes`). ``tp``: the blocks' matrices split over that many
+    (see :func:`paratrain.advise.activations.activation_peak`). ``tp``: the blocks' matrices split over that many
     ranks. (0, 0) without an architecture: every gradient is then counted as alive throughout."""
     arch = model.transformer
     if arch is None or not model.params or not grads:
@@ -355,9 +355,6 @@ def rank_memory(model: ModelSpec, sharding: Sharding, plan: Plan, rank: int = 0)
         out.buffers += round(model.params * 2)
     elif sharding.gathered == "all":
         out.buffers += round(model.params * p_b) - (out.params if "params" not in sharding.offload else 0)
-    if sharding.gathered == "all" and n > 1:  # FSDP reduces each unit as backward leaves it, as under "unit" below:
-        # the unit's unsharded gradients (in the compute dtype) and the previous unit's reduce-scatter input (fp32)
-        out.buffers += round(_largest_unit(model) * ((2 if mode == "gathered" else 4) + 4))
     elif sharding.gathered == "reused":  # gathered into buffers of their own, beside the partition: even on one rank
         kept = min(model.params, ZERO3_MAX_REUSE_DISTANCE // 2)
         out.buffers += round(max(kept, 2 * _largest_unit(model)) * p_b)
@@ -366,6 +363,9 @@ def rank_memory(model: ModelSpec, sharding: Sharding, plan: Plan, rank: int = 0)
         out.buffers += round(unit * unit_bytes(mode))
         if not unit:
             out.notes.append("FSDP's gathered unit not counted (architecture unknown)")
+    if sharding.gathered == "all" and n > 1:  # FSDP reduces each unit as backward leaves it, as under "unit":
+        # the unit's unsharded gradients (in the compute dtype) and the previous unit's reduce-scatter input (fp32)
+        out.buffers += round(_largest_unit(model) * ((2 if mode == "gathered" else 4) + 4))
     if sharding.buckets:  # DDP builds its reducer, buckets included, at one process too (ddp×1: +1.1 MiB)
         out.buffers += out.grads
     if sharding.reduce_bucket:  # allocated on one rank too: the ZeRO optimizer buckets whatever the world size
