@@ -257,10 +257,13 @@ class StepRecorder:
         from paratrain import tensor_peak
         from paratrain.breakdown import analyse, not_measured
 
+        # what is alive as the window closes, read inside it: an address freed unseen and handed out again later
+        # would otherwise pass for alive
+        alive = tensor_peak.live_cpu_storage_pointers() if self._live_at_window is not None else None
         with tensor_peak.without_profiler_chatter():
             self._profiler.__exit__(None, None, None)
         if self._live_at_window is not None:
-            above = tensor_peak.peak_above_window_start(self._profiler)
+            above = tensor_peak.peak_above_window_start(self._profiler, alive)
             self._cpu_tensor_peak = None if above is None else self._live_at_window + above
         if self._peak_only:
             self._profiler, self._profile_at = None, None

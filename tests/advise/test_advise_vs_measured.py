@@ -17,30 +17,14 @@ from tests.helpers.requirements import requires
 
 CASES = json.loads((Path(__file__).parent / "measured_llama.json").read_text())
 TOLERANCE = 0.10
-# Open (issue 43's closing note): advise's total against the measured peak, where it is more than 10 % off. The
-# state bytes are exact in every case, these included. Some of it is the measurement: two runs of the same ZeRO-1
-# bf16 cell peaked at 78.7 and 90.0 MiB, the fsdp bf16 full cell at 56.8 and 42.7. What is systematic: tp (and
-# fsdp+tp, tp with FSDP over groups of one at 2 processes) holds 5-12 MiB more in a block's backward than the model
-# counts.
+# Open (issue 43's closing note): advise's total against the measured peak, where it is more than 10 % off; the
+# state bytes are exact in these too. advise is high in all three: ZeRO-1 in fp32 with activations kept between
+# checkpoints, and FSDP without sharding in bf16 under full checkpointing. (Before the CPU peak ended the tensors
+# gloo's threads free, 18 cells were out, tp and fsdp+tp 5-12 MiB low: that was the measurement, not the model.)
 _ERRORS = {
-    ("fsdp+tp", "bf16-mixed", "every:2"): "-13.6 %",
-    ("fsdp", "bf16-mixed", "full"): "-21.5 %",
     ("fsdp:shard=none", "bf16-mixed", "full"): "+10.6 %",
-    ("tp", "bf16-mixed", "full"): "-11.0 %",
-    ("fsdp+tp", "bf16-mixed", "full"): "-21.0 %",
-    ("deepspeed:zero1", "bf16-mixed", "none"): "-10.1 %",
-    ("fsdp+tp", "bf16-mixed", "none"): "-11.5 %",
-    ("fsdp", "bf16-mixed", "op"): "-13.6 %",
-    ("fsdp:shard=grad_op", "bf16-mixed", "op"): "-12.1 %",
-    ("tp", "bf16-mixed", "op"): "-16.2 %",
-    ("fsdp+tp", "bf16-mixed", "op"): "-18.6 %",
     ("deepspeed:zero1", "fp32", "every:2"): "+10.6 %",
-    ("tp", "fp32", "every:2"): "-10.7 %",
-    ("fsdp+tp", "fp32", "every:2"): "-10.4 %",
-    ("tp", "fp32", "full"): "-13.3 %",
-    ("fsdp+tp", "fp32", "full"): "-16.8 %",
-    ("fsdp+tp", "fp32", "none"): "-12.7 %",
-    ("fsdp+tp", "fp32", "op"): "-13.3 %",
+    ("deepspeed:zero1", "fp32", "op"): "+12.9 %",
 }
 OPEN = {key: f"open: advise's total {error} of the measured peak" for key, error in _ERRORS.items()}
 
