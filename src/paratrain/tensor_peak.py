@@ -41,6 +41,9 @@ from typing import Any
 KINETO_CHATTER = (b"USDT:", b"STAGE:")
 # And its warning when the script's own profiler ran inside this window and ended it: the peak is then not reported.
 DISRUPTED = b"disableProfiler called but no active profiling session"
+# How many of the innermost ops around an allocation name its place in the program: six tell an all-reduce in
+# forward (a DTensor redistribute) from one in backward (an autograd node), whose outputs live longer.
+SITE_DEPTH = 6
 
 
 def profiler_in_use() -> bool:
@@ -75,34 +78,36 @@ def peak_above_window_start(profiler: Any, alive_at_end: set[int] | None = None)
     blocks = _allocations(profiler)
     if not blocks:
         return None
-    end = max(b.start for b in blocks) + 1
     open_at: dict[int, _Block] = {}
-    for block in blocks:  # in time order: pair each allocation with its free, or with the reuse of its address
+    for index, block in enumerate(blocks):  # pair each allocation with its free, or with the reuse of its address
+        block.index = index
         if block.size > 0:
             missed = open_at.pop(block.ptr, None)
             if missed is not None:
-                missed.reused_at = block.start
+                missed.reused_at = index
             open_at[block.ptr] = block
         else:
             freed = open_at.pop(block.ptr, None)
             if freed is not None:
-                freed.freed_at = block.start
+                freed.freed_at = index
     if alive_at_end is not None:
         for ptr, block in open_at.items():
             if ptr not in alive_at_end:
-                block.reused_at = end
+                block.reused_at = len(blocks)
+    # Lifetimes in the training thread's own events, not in nanoseconds: a descheduled process stretches time,
+    # not the order of what it does, and the same place in the program frees its tensors after as many events.
     lifetime: dict[tuple[str, ...], int] = {}
     for block in blocks:
         if block.size > 0 and block.freed_at is not None:
-            lifetime[block.site] = max(lifetime.get(block.site, 0), block.freed_at - block.start)
-    changes = [(b.start, b.size) for b in blocks]  # every recorded free is of a block allocated inside the window
+            lifetime[block.site] = max(lifetime.get(block.site, 0), block.freed_at - block.index)
+    changes = [(b.index, 0, b.size) for b in blocks]  # every recorded free is of a block allocated inside the window
     for block in blocks:
         if block.size > 0 and block.reused_at is not None:
             seen = lifetime.get(block.site)
-            gone = block.reused_at if seen is None else min(block.reused_at, block.start + seen)
-            changes.append((gone, -block.size))
+            gone = block.reused_at if seen is None else min(block.reused_at, block.index + seen)
+            changes.append((gone, -1, -block.size))  # before the event at that index
     running = peak = 0
-    for _, change in sorted(changes, key=lambda c: (c[0], c[1])):  # a free before an allocation at one instant
+    for _, _, change in sorted(changes):
         running += change
         peak = max(peak, running)
     return peak
@@ -111,12 +116,13 @@ def peak_above_window_start(profiler: Any, alive_at_end: set[int] | None = None)
 class _Block:
     """One allocation (size > 0) or free (size < 0) the profiler recorded, with where in the program it happened."""
 
-    __slots__ = ("freed_at", "ptr", "reused_at", "site", "size", "start")
+    __slots__ = ("freed_at", "index", "ptr", "reused_at", "site", "size", "start")
 
     def __init__(self, start: int, ptr: int, size: int, site: tuple[str, ...]) -> None:
         self.start, self.ptr, self.size, self.site = start, ptr, size, site
-        self.freed_at: int | None = None  # its free, when the profiler saw it
-        self.reused_at: int | None = None  # freed unseen: its address was handed out again then (or the window end)
+        self.index = 0  # its place among the window's memory events
+        self.freed_at: int | None = None  # the index of its free, when the profiler saw it
+        self.reused_at: int | None = None  # freed unseen: the index where its address was handed out again (or the end)
 
 
 def _allocations(profiler: Any) -> list[_Block]:
@@ -132,7 +138,7 @@ def _allocations(profiler: Any) -> list[_Block]:
         if node.typed[0] == _EventType.Allocation:
             fields = node.typed[1]
             if fields.device.type == "cpu" and fields.alloc_size:
-                found.append(_Block(node.start_time_ns, fields.ptr, fields.alloc_size, chain[-4:]))
+                found.append(_Block(node.start_time_ns, fields.ptr, fields.alloc_size, chain[-SITE_DEPTH:]))
             continue
         inner = (*chain, node.name.split(" (")[0])
         stack.extend((child, inner) for child in node.children)
