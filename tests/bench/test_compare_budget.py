@@ -45,11 +45,12 @@ def test_only_the_sharded_methods_fit_and_they_train_the_one_process_curve(tmp_p
         # measured like a GPU's max allocated: the tensors' peak, which holds at least the rank's state
         assert cell["peak_mem_kind"] == "cpu_tensors", (key, cell["peak_mem_kind"])
         assert all(peak >= held for peak, held in zip(cell["peak_mem_bytes"], cell["state_bytes"], strict=True)), key
-        # and what advise predicts for the whole rank — state, activations, buffers: pp×2 within 1 % here, held to
-        # 10 %; fsdp×2 −6 to +10 %, held to 20 %, as its collectives run on gloo's threads beside backward and what is
-        # alive at the peak depends on their timing (a bf16 cell of the same model: 56.8 then 42.7 MiB in two runs).
-        # pp's last stage holds less than its first: the busier is held to it.
-        peaks, bound = (cell["peak_mem_bytes"], 0.2) if key.startswith("fsdp") else ([max(cell["peak_mem_bytes"])], 0.1)
+        # and what advise predicts for the whole rank — state, activations, buffers — within 10 % on every rank that
+        # does the same work (pp's last stage holds less than its first: the busier is held to it). fsdp×2 was held to
+        # 20 % until the CPU peak ended the tensors gloo's worker threads free (paratrain/tensor_peak.py): a bf16
+        # cell of the same model had peaked at 56.8 then 42.7 MiB in two runs.
+        peaks = cell["peak_mem_bytes"] if key.startswith("fsdp") else [max(cell["peak_mem_bytes"])]
+        bound = 0.1
         for peak in peaks:
             assert abs(peak - predicted["total"]) <= bound * predicted["total"], (key, peak, predicted)
     assert results["reference"] == "fsdp×2" and cells["pp×2"]["equivalence"] == "exact"

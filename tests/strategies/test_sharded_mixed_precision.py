@@ -42,12 +42,11 @@ def test_advise_sizes_both_within_ten_percent(compared):
         assert cell["peak_mem_kind"] in ("cpu_tensors", "cuda_max_allocated"), cell["peak_mem_kind"]
         predicted, measured = cell["predicted_mem"]["total"], cell["peak_mem_bytes"][0]
         # autocast over fp32 weights on a CPU without native bf16 keeps fp32 temporaries advise does not count
-        # (tests/helpers/memory.py: single×1 and fsdp:mixed=autocast×2 measured 11 % above it here); and FSDP's
-        # collectives run on gloo's threads beside backward, so what is alive at its peak depends on their timing
-        # (fsdp×2 14 % above advise inside a loaded make test, within 10 % on a quiet machine; a bf16 llama cell
-        # peaked at 56.8 then 42.7 MiB in two runs). ZeRO-3 is held to 10 %.
+        # (tests/helpers/memory.py: single×1 and fsdp:mixed=autocast×2 measured 11 % above it here). The rest to 10 %
+        # (fsdp×2 had been 14 % above advise inside a loaded make test, before the CPU peak ended the tensors gloo's
+        # worker threads free: paratrain/tensor_peak.py).
         cpu_autocast = not NATIVE_BF16 and key in ("single×1", "fsdp:mixed=autocast×2")
-        bound = 0.20 if cpu_autocast or key.startswith("fsdp") else 0.10
+        bound = 0.20 if cpu_autocast else 0.10
         assert abs(predicted - measured) / measured < bound, (key, predicted, measured)
         state = cell["predicted_mem"]["params"] + cell["predicted_mem"]["grads"] + cell["predicted_mem"]["optimizer"]
         # exact, but for the few bytes of scalars DeepSpeed's engine keeps beside the partitions (a gradient norm, a
