@@ -92,6 +92,17 @@ def record(out: Path) -> list[dict]:
     return kept
 
 
+def merged(path: Path, new: list[dict]) -> list[dict]:
+    """The cells already recorded in ``path`` that ``new`` does not measure again, then ``new``: a grid recorded a
+    piece at a time (the 4-process half, one precision) adds to the file instead of replacing it."""
+    def key(cell: dict) -> tuple:
+        return cell["strategy"], cell["nproc"], cell["width"], cell["depth"], cell["precision"], cell["checkpointing"]
+
+    again = {key(cell) for cell in new}
+    old = json.loads(path.read_text()) if path.exists() else []
+    return [cell for cell in old if key(cell) not in again] + new
+
+
 def _state_words(row: dict) -> str:
     diff = row.get("state_diff")
     if diff is None:
@@ -131,7 +142,8 @@ def main() -> None:
     p.add_argument("--width", type=int, default=256)
     p.add_argument("--depth", type=int, default=4)
     p.add_argument("--steps", type=int, default=8)  # 2 warm-up, 3 profiled for the peak, 3 timed
-    p.add_argument("--record", type=Path, help="also write the measurements the suite holds the model to (JSON)")
+    p.add_argument("--record", type=Path, help="also write the measurements the suite holds the model to (JSON); "
+                   "the cells already in the file that this run did not measure again are kept")
     args = p.parse_args()
     if args.table is None and args.out is None:
         p.error("give --out DIR to run the grid, or --table DIR to print what a run wrote")
@@ -140,7 +152,7 @@ def main() -> None:
                  args.precision.split(","), args.checkpointing.split(","), args.width, args.depth, args.steps)
     print(table(rows(args.table or args.out)))
     if args.record:
-        args.record.write_text(json.dumps(record(args.table or args.out), indent=1) + "\n")
+        args.record.write_text(json.dumps(merged(args.record, record(args.table or args.out)), indent=1) + "\n")
 
 
 if __name__ == "__main__":
