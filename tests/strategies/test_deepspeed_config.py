@@ -1,6 +1,7 @@
 """The precision part of the DeepSpeed config paratrain writes: bf16-mixed under ZeRO 1-3 is DeepSpeed's bf16 mode
-(bf16 weights, fp32 master weights, gradients reduced in fp32) inside its torch_autocast; ZeRO-0, fp16-mixed and
-``mixed=autocast`` are torch_autocast over fp32 weights; a user's JSON that says the same is accepted.
+(bf16 weights, fp32 master weights, gradients reduced in fp32) with DeepSpeed's torch_autocast off (on, it reduces
+in the parameters' bf16 whatever communication_data_type says; paratrain autocasts inside the engine); ZeRO-0,
+fp16-mixed and ``mixed=autocast`` are torch_autocast over fp32 weights; a user's JSON that says the same is accepted.
 In-process: the config is built and checked by DeepSpeed's own parser, nothing is started."""
 
 from __future__ import annotations
@@ -27,9 +28,10 @@ def _build(precision: str, user: dict | None = None, stage: int = 3, mixed: str 
     ("bf16-mixed", "bfloat16", 3, "params", True), ("bf16-mixed", "bfloat16", 1, "params", True),
     ("bf16-mixed", "bfloat16", 0, "params", False), ("bf16-mixed", "bfloat16", 2, "autocast", False),
     ("fp16-mixed", "float16", 3, "params", False)])
-def test_bf16_mixed_under_zero_holds_bf16_weights_inside_deepspeeds_autocast(precision, dtype, stage, mixed, weights):
+def test_bf16_mixed_under_zero_holds_bf16_weights_and_reduces_in_fp32(precision, dtype, stage, mixed, weights):
     config = _build(precision, stage=stage, mixed=mixed)
-    assert config["torch_autocast"] == {"enabled": True, "dtype": dtype, "lower_precision_safe_modules": []}
+    autocast = {"enabled": False} if weights else {"enabled": True, "dtype": dtype, "lower_precision_safe_modules": []}
+    assert config["torch_autocast"] == autocast
     assert config["bf16"]["enabled"] is weights and not config["fp16"]["enabled"]
     assert config.get("communication_data_type") == ("fp32" if weights else None)  # gradients reduced in fp32
     assert _build("fp32")["torch_autocast"] == {"enabled": False}
@@ -37,18 +39,19 @@ def test_bf16_mixed_under_zero_holds_bf16_weights_inside_deepspeeds_autocast(pre
 
 
 def test_a_json_saying_the_same_precision_is_accepted_and_its_tuning_kept():
-    assert _build("bf16-mixed", {"bf16": {"enabled": True}})["torch_autocast"]["enabled"]
+    assert _build("bf16-mixed", {"bf16": {"enabled": True}})["bf16"]["enabled"]
     modules = ["torch.nn.Linear"]
     config = _build("bf16-mixed", {"torch_autocast": {"enabled": True, "dtype": "bf16",
                                                       "lower_precision_safe_modules": modules}})
-    assert config["torch_autocast"]["lower_precision_safe_modules"] == modules  # 16-bit reduction: theirs to ask
+    # 16-bit reduction of those modules: theirs to ask, so DeepSpeed's torch_autocast stays on for it
+    assert config["torch_autocast"] == {"enabled": True, "dtype": "bfloat16", "lower_precision_safe_modules": modules}
 
 
 @pytest.mark.parametrize(("precision", "user"), [
     ("fp32", {"bf16": {"enabled": True}}),
     ("bf16-mixed", {"fp16": {"enabled": True}}),
     ("bf16-mixed", {"torch_autocast": {"enabled": True, "dtype": "float16"}}),
-    ("bf16-mixed", {"torch_autocast": {"enabled": False}}),
+    ("fp16-mixed", {"torch_autocast": {"enabled": False}}),
 ])
 def test_a_json_disagreeing_with_the_precision_is_an_error_naming_both(precision, user):
     key = next(iter(user))

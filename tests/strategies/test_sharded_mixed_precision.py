@@ -12,13 +12,14 @@ import pytest
 from paratrain.bench.compare import CompareSettings, run_compare
 from tests.helpers.memory import NATIVE_BF16
 
-pytestmark = pytest.mark.multiprocess
+pytestmark = [pytest.mark.multiprocess, pytest.mark.timeout(900)]  # the fixture is 9 cells
 
 
 @pytest.fixture(scope="module")
 def compared(tmp_path_factory):
     settings = CompareSettings(workload="gpt", strategies=["single", "fsdp", "fsdp:mixed=autocast",
-                                                                   "deepspeed:zero3"], nproc=[1, 2],
+                                                           "deepspeed:zero3", "deepspeed:zero3,mixed=autocast"],
+                               nproc=[1, 2],
                                steps=10, warmup=1, width=128, depth=3, precision="bf16-mixed", timeout=300)
     results = run_compare(settings, tmp_path_factory.mktemp("mixed"))
     return {c["key"]: c for c in results["cells"]}
@@ -34,6 +35,19 @@ def test_fsdp_gathers_bf16_parameters_half_the_bytes_of_autocast(compared):
     # both train the one-process bf16-mixed curve within compare's 16-bit tolerance
     for cell in (policy, autocast):
         assert cell["equivalence"] in ("exact", "within_noise"), cell["equivalence_reason"]
+
+
+def test_zero3_gathers_bf16_parameters_and_reduces_fp32_gradients(compared):
+    """DeepSpeed's bf16 mode gathers half the bytes of autocast over fp32 weights and reduces the same fp32 bytes.
+    (With DeepSpeed's own torch_autocast on, ZeRO reduced the bf16 mode's gradients in bf16, half these bytes,
+    whatever communication_data_type said: deepspeed_config._autocast.)"""
+    bf16, autocast = compared["deepspeed:zero3×2"], compared["deepspeed:zero3,mixed=autocast×2"]
+    assert bf16["status"] == autocast["status"] == "ok", (bf16.get("error"), autocast.get("error"))
+    sent = [{kind: n for kind, n in cell["comm_bytes_by_kind"].items() if kind != "broadcast"}
+            for cell in (bf16, autocast)]
+    assert sent[0]["all_gather"] * 2 == pytest.approx(sent[1]["all_gather"], rel=0.01), sent
+    reduced = [sum(n for kind, n in s.items() if kind != "all_gather") for s in sent]
+    assert reduced[0] == pytest.approx(reduced[1], rel=0.01), sent
 
 
 def test_advise_sizes_both_within_ten_percent(compared):

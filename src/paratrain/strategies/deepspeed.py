@@ -92,8 +92,9 @@ class DeepSpeedStrategy(Strategy, BackwardSyncControl):
     supported_precision = frozenset({"fp32", "bf16-mixed", "fp16-mixed"})
     # The mixed precisions run inside DeepSpeed's torch_autocast (the engine turns off any autocast around its
     # forward, so the Session's cannot be used), with DeepSpeed's own loss scaler under fp16; bf16-mixed under ZeRO
-    # 1-3 also in its bf16 mode (bf16 parameters, fp32 master weights; see deepspeed_config.bf16_weights), whose
-    # LayerNorms get their input in bf16 (paratrain.precision.match_norm_inputs: an fp32 buffer keeps fp32).
+    # 1-3 in its bf16 mode instead (bf16 parameters, fp32 master weights; see deepspeed_config.bf16_weights), with
+    # torch.autocast around the model's own forward, inside the engine (deepspeed_config._autocast says why), and
+    # LayerNorms handed their input in bf16 (paratrain.precision.match_norm_inputs: an fp32 buffer keeps fp32).
     native_precision = frozenset({"fp32", "bf16-mixed", "fp16-mixed"})
     compilable = False
     clips_gradients = True  # ZeRO owns the gradients: "gradient_clipping" from the grad_clip option
@@ -212,6 +213,11 @@ class DeepSpeedStrategy(Strategy, BackwardSyncControl):
             from paratrain.precision import match_norm_inputs
 
             match_norm_inputs(model)
+            if not config["torch_autocast"]["enabled"]:  # autocast inside the engine (deepspeed_config._autocast)
+                from paratrain import precision
+
+                assert self.device is not None  # set by setup()
+                precision.apply(model, self.train.precision, self.device, cache=False)
         if self._deferred:
             from paratrain.strategies.deepspeed_init import partition_from_rank0
 

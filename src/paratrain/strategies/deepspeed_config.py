@@ -25,10 +25,10 @@ OWNED = {"train_batch_size": "the loader's batch_size (the global batch)",
          "gradient_accumulation_steps": "--grad-accum", "gradient_clipping": "--grad-clip",
          "bf16": "--precision", "fp16": "--precision", "torch_autocast": "--precision"}
 # DeepSpeed's precision sections. bf16-mixed under ZeRO 1-3 is its bf16 mode (bf16 parameters gathered and computed
-# with, fp32 master weights and optimizer state in the partitions, gradients reduced in fp32), inside its
-# torch_autocast for the tensors the mode does not cast (fp32 buffers); ZeRO-0, fp16-mixed and mixed=autocast run
-# torch_autocast over fp32 weights, as the replicated methods do. A user's "bf16"/"fp16" section enabled for the same
-# precision as --precision agrees with it.
+# with, fp32 master weights and optimizer state in the partitions, gradients reduced in fp32), inside torch.autocast
+# for the tensors the mode does not cast (fp32 buffers; _autocast says why not DeepSpeed's own); ZeRO-0, fp16-mixed
+# and mixed=autocast run torch_autocast over fp32 weights, as the replicated methods do. A user's "bf16"/"fp16"
+# section enabled for the same precision as --precision agrees with it.
 PRECISION_KEYS = ("bf16", "fp16", "torch_autocast")
 AUTOCAST_DTYPE = {"bf16-mixed": "bfloat16", "fp16-mixed": "float16"}
 OWNED_ZERO = {"stage": "deepspeed:zero_stage=N", "offload_optimizer": "deepspeed:offload=optimizer",
@@ -69,7 +69,8 @@ def build(zero_stage: int, offload: str, user: dict[str, Any], train: Any, mixed
         "gradient_clipping": float(train.grad_clip or 0.0),  # 0: never clip, as under every other method
         "bf16": {"enabled": bf16_weights(zero_stage, train.precision, mixed)},
         "fp16": {"enabled": False},
-        "torch_autocast": _autocast(train.precision, user.get("torch_autocast")),
+        "torch_autocast": _autocast(train.precision, user.get("torch_autocast"),
+                                    bf16_weights(zero_stage, train.precision, mixed)),
     }
     _check_owned(user, ours, zero, train.precision)
     # gradients reduced in fp32 unless the user's JSON tunes it (a communication choice, theirs to make)
@@ -82,13 +83,21 @@ def build(zero_stage: int, offload: str, user: dict[str, Any], train: Any, mixed
     return merged
 
 
-def _autocast(precision: str, theirs: Any) -> dict[str, Any]:
+def _autocast(precision: str, theirs: Any, bf16_mode: bool = False) -> dict[str, Any]:
     """The torch_autocast section: on for the mixed precisions. Gradients are reduced in fp32, as under every other
     method (DeepSpeed's default reduces Linear/Conv gradients in the autocast dtype), unless the user's JSON names
-    its ``lower_precision_safe_modules`` — a communication choice, which is theirs."""
+    its ``lower_precision_safe_modules`` — a communication choice, which is theirs.
+
+    Off in the bf16 mode (``bf16_mode``) unless the user names those modules. Why: with torch_autocast on, ZeRO
+    reduces each gradient in its parameter's communication dtype, the parameter's own dtype by default — bf16 in the
+    bf16 mode — and ignores ``communication_data_type``; it gathers ZeRO-3's parameters in that dtype too, so the two
+    cannot be told apart per parameter. paratrain runs ``torch.autocast`` inside the engine instead (around the
+    model's own forward: DeepSpeedStrategy.wrap), for the tensors the bf16 mode does not cast."""
     if precision not in AUTOCAST_DTYPE:
         return {"enabled": False}
     safe = theirs.get("lower_precision_safe_modules", []) if isinstance(theirs, dict) else []
+    if bf16_mode and not safe:
+        return {"enabled": False}
     return {"enabled": True, "dtype": AUTOCAST_DTYPE[precision], "lower_precision_safe_modules": safe}
 
 
