@@ -190,8 +190,8 @@ def test_checkpointing_takes_a_mode_and_the_header_says_it(capsys):
 
 def test_each_method_has_its_allocated_and_reserved_peak(capsys):
     """The 8-GPU question for Llama 3.1 8B (torchtitan's benchmark: FSDP, micro-batch 2 × 8,192 tokens, per-op
-    selective checkpointing): the tensors' peak and the caching allocator's, which runs out first — 74.9 and 84.7 GiB
-    for fsdp, so an 80 GB GPU is short (torchtitan published 82.4 GiB reserved on 96 GB H100s)."""
+    selective checkpointing): the tensors' peak and the caching allocator's, which runs out first — 69.3 and 79.1 GiB
+    for fsdp, beyond the 72 GiB usable of an 80 GB GPU (torchtitan published 82.4 GiB reserved on 96 GB H100s)."""
     from paratrain.advise import gpu_memory, memory, methods, models
 
     common = ["--model", "llama3.1-8b", "--gpus", "8", "--gpu-mem", "80", "--seq-len", "8192", "--micro-batch", "2",
@@ -201,7 +201,7 @@ def test_each_method_has_its_allocated_and_reserved_peak(capsys):
     plan = memory.Plan(ranks=8, micro_batch=2, seq_len=8192, precision="bf16-mixed", checkpointing="op")
     gap = gpu_memory.fragmentation_bytes(spec, plan)
     assert rows["fsdp"]["reserved"] == rows["fsdp"]["total"] + gap and gap > 0
-    assert rows["fsdp"]["total"] < 80 * 2**30 < rows["fsdp"]["reserved"]
+    assert rows["fsdp"]["total"] < memory.USABLE * 80 * 2**30 < rows["fsdp"]["reserved"]
     assert rows["fsdp"]["total"] == memory.rank_memory(spec, methods.get("fsdp").sharding, plan).total
     assert main(["advise", *common]) == 0
     assert "reserved" in capsys.readouterr().out

@@ -16,6 +16,8 @@ counting every tensor at 2 bytes was 20-37 % low.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from paratrain import ac_modes
 from paratrain.advise.models import Transformer
 
@@ -108,6 +110,41 @@ def selective_bytes(arch: Transformer, batch: int, elem: int, tp: int = 1) -> in
     return int(bs * (matmuls + h / tp) * elem + lse * FP32)
 
 
+@dataclass(frozen=True)
+class Units:
+    """What FSDP holds beside the activations, moment by moment, as backward walks its units (one per block, and the
+    root: the embeddings, final norm and output layer). Why per moment: at the start of backward, where the
+    activations peak, FSDP holds fewer units than in the middle of it (no reduce-scatter of a block before, no
+    prefetch past the first block); counting its busiest set beside the activations' peak put FSDP on the bundled
+    llama ×4 10-15 % high. Bytes: ``gathered`` one block's parameters gathered, in the compute dtype; ``grads`` one
+    block's unsharded gradients, made while it runs; ``reduce`` the reduce-scatter input (fp32) of the block before,
+    kept until that reduce-scatter is done (torch.distributed.fsdp's foreach_reduce); ``root`` the root's gathered
+    parameters (FSDP2 never reshards the root after forward: backward needs them first); ``root_grads`` the output
+    layer's unsharded gradients, made first in backward and reduced with the root's at its end. ``kept``: every
+    block stays gathered from its forward until its backward (reshard_after_forward=False: shard=grad_op, none).
+    ``ahead``: blocks already gathered for backward while the loss's backward runs. On a GPU the CPU issues work
+    ahead of the device, and FSDP lets two all-gathers be in flight, so the first two blocks of backward are
+    gathered then; on a CPU nothing runs ahead."""
+
+    gathered: int = 0
+    grads: int = 0
+    reduce: int = 0
+    root: int = 0
+    root_grads: int = 0
+    kept: bool = False
+    ahead: int = 0
+
+    def at_start_of_backward(self, layers: int) -> int:
+        return self.root + self.gathered * (layers if self.kept else min(self.ahead, layers))
+
+    def at_block(self, i: int, layers: int) -> int:
+        """During block ``i``'s backward (backward runs ``layers - 1`` down to 0): the block and the next one
+        prefetched (or, kept, every block backward has not reached), its gradients, the block before's reduction."""
+        gathered = i + 1 if self.kept else min(i + 1, 2)
+        return self.root + self.root_grads + gathered * self.gathered + self.grads + \
+            (self.reduce if i < layers - 1 else 0)
+
+
 def activation_bytes(arch: Transformer, batch: int, elem: int, *, checkpointing: ac_modes.Mode = False,
                      autocast: bool = False, tp: int = 1, alongside: int = 0) -> int:
     """The activations' peak: :func:`activation_peak` with every gradient counted as alive."""
@@ -117,7 +154,7 @@ def activation_bytes(arch: Transformer, batch: int, elem: int, *, checkpointing:
 
 def activation_peak(arch: Transformer, batch: int, elem: int, *, checkpointing: ac_modes.Mode = False,
                     autocast: bool = False, tp: int = 1, alongside: int = 0,
-                    grads: tuple[int, int] = (0, 0)) -> tuple[int, int]:
+                    grads: tuple[int, int] = (0, 0), units: Units | None = None) -> tuple[int, int, int]:
     """The peak of what forward keeps for backward, under each checkpointing mode (paratrain/ac_modes.py). A block
     stored whole keeps all its saved tensors; a block checkpointed keeps its input (and under ``op`` what
     :func:`selective_bytes` counts), and during backward recomputes its full set, which then lives beside the
@@ -135,9 +172,12 @@ def activation_peak(arch: Transformer, batch: int, elem: int, *, checkpointing: 
     copies included (autocast runs, and clears its cache, once per micro-batch's forward). ``grads``: (one block's,
     the output layer's) gradient bytes that backward makes as it reaches them — gradients set to None between steps,
     as the Session does, under a method that keeps them per tensor: the state counts them whole, but at each moment
-    only those backward has made are alive. Returns (the activations, the gradients not made yet) at the moment the
-    two together peak. Counting the start of backward, when no gradient exists yet, with every gradient beside it
-    put DDP ×2 on the bundled llama 7–12 % high, as much as its fp32 gradients."""
+    only those backward has made are alive. Counting the start of backward, when no gradient exists yet, with every
+    gradient beside it put DDP ×2 on the bundled llama 7–12 % high, as much as its fp32 gradients. ``units``: what
+    FSDP holds at each moment (:class:`Units`), counted into the moment and returned apart; FSDP's (sharded)
+    gradients are made by each block's reduce-scatter as its backward ends, the output layer's with the root's at
+    the very end. Returns (the
+    activations, the gradients not made yet, FSDP's units) at the moment the three together peak."""
     mode = ac_modes.parse(checkpointing)
     layer = per_layer_bytes(arch, batch, elem, tp)
     outside = outside_layers_bytes(arch, batch, elem)
@@ -152,11 +192,17 @@ def activation_peak(arch: Transformer, batch: int, elem: int, *, checkpointing: 
     kept = [kept_checkpointed if c else layer + weights for c in checkpointed]
     others = alongside * (sum(kept) + outside + head)
     block_grads, head_grads = grads
-    made = head_grads  # the output layer's come first in backward
-    moments = [(sum(kept) + outside + head + loss_backward_bytes(arch, batch), 0)]  # the start of backward
-    for i in reversed(range(len(checkpointed))):  # each block's backward, the blocks before it still holding theirs
-        made += block_grads  # its own, made while it runs
+    layers = len(checkpointed)
+    made = 0 if units else head_grads  # the output layer's come first in backward (under FSDP: last, with the root)
+    moments = [(sum(kept) + outside + head + loss_backward_bytes(arch, batch), 0,
+                units.at_start_of_backward(layers) if units else 0)]  # the start of backward
+    for i in reversed(range(layers)):  # each block's backward, the blocks before it still holding theirs
+        if not units:
+            made += block_grads  # its own, made while it runs
         working = block_io + layer + weights + block_io if checkpointed[i] else layer + weights + head
-        moments.append((sum(kept[:i]) + working + gradients, made))
-    held, made_then = max(moments, key=sum)
-    return held + others, made - made_then
+        moments.append((sum(kept[:i]) + working + gradients, made, units.at_block(i, layers) if units else 0))
+        if units:
+            made += block_grads  # FSDP's: by the block's reduce-scatter, as its backward ends
+    held, made_then, held_units = max(moments, key=sum)
+    total_made = made + (head_grads if units else 0)
+    return held + others, total_made - made_then, held_units

@@ -22,7 +22,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field, replace
 
-from paratrain.advise import activations
+from paratrain.advise import activations, transients
 from paratrain.advise.models import ModelSpec
 from paratrain.strategies.costs import ZERO3_MAX_REUSE_DISTANCE, ZERO_REDUCE_BUCKET, Sharding
 
@@ -45,6 +45,7 @@ class Plan:
     precision: str = "fp32"
     optimizer: str = "adamw"
     checkpointing: bool | str = False  # False (none) or a mode of paratrain/ac_modes.py; True: full
+    backend: str = "nccl"  # the collectives' backend: gloo's reduce-scatter works on a copy of its input
 
 
 @dataclass
@@ -59,6 +60,9 @@ class RankMemory:
     host: int = 0
     # Gradients counted in ``grads`` that backward has not made yet when the step peaks (activations.activation_peak)
     grads_unmade: int = 0
+    # What the gradient reduction holds for a moment as backward ends, beyond the buffers, when the activations are
+    # gone (ZeRO's flattened and cast copies of its bucket): the step's other peak
+    reduction: int = 0
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -68,13 +72,30 @@ class RankMemory:
 
     @property
     def total(self) -> int:
-        """The step's peak: the state, less the gradients not made yet at that moment, the activations and buffers."""
-        return self.state - self.grads_unmade + (self.activations or 0) + self.buffers
+        """The step's peak: the state and buffers, and the larger of the activations (less the gradients not made
+        yet at that moment) and the reduction's copies at the end of backward."""
+        return self.state + self.buffers + max((self.activations or 0) - self.grads_unmade, self.reduction)
+
+    def peak_parts(self) -> dict[str, int]:
+        """What is alive at the step's peak, by kind (:func:`peak_parts`); the parts sum to :attr:`total`."""
+        return peak_parts(self.to_json())
 
     def to_json(self) -> dict[str, int | None]:
         return {"params": self.params, "grads": self.grads, "optimizer": self.optimizer,
                 "activations": self.activations, "buffers": self.buffers, "host": self.host,
-                "grads_unmade": self.grads_unmade, "total": self.total}
+                "grads_unmade": self.grads_unmade, "reduction": self.reduction, "total": self.total}
+
+
+def peak_parts(mem: dict) -> dict[str, int]:
+    """{grads, states, activations, buffers} alive at the peak of a :meth:`RankMemory.to_json` dict: at the
+    activations' moment the gradients made by then; at the reduction's, every gradient, no activations, and the
+    reduction's copies with the buffers. One place for the tables that show the parts of a total."""
+    activations, unmade, reduction = mem.get("activations") or 0, mem.get("grads_unmade", 0), mem.get("reduction", 0)
+    at_reduction = reduction > activations - unmade
+    grads = mem["grads"] - (0 if at_reduction else unmade)
+    return {"grads": grads, "states": mem["params"] + grads + mem["optimizer"],
+            "activations": 0 if at_reduction else activations,
+            "buffers": mem["buffers"] + (reduction if at_reduction else 0)}
 
 
 def element_bytes(precision: str, optimizer: str, sixteen_bit: str = "") -> tuple[int, int, int]:
@@ -179,8 +200,10 @@ def _activation_bytes(model: ModelSpec, plan: Plan, notes: list[str], tp: int = 
 
 
 def _activations(model: ModelSpec, plan: Plan, notes: list[str], tp: int = 1, sharding: Sharding | None = None,
-                 alongside: int = 0, grads: tuple[int, int] = (0, 0)) -> tuple[int | None, int]:
-    """(activations, gradients not made yet) at the step's peak (:func:`activations.activation_peak`)."""
+                 alongside: int = 0, grads: tuple[int, int] = (0, 0),
+                 units: activations.Units | None = None) -> tuple[int | None, int, int]:
+    """(activations, gradients not made yet, FSDP's units held) at the step's peak
+    (:func:`activations.activation_peak`)."""
     elem = 4 if plan.precision == "fp32" else 2
     autocast = computes_under_autocast(sharding or Sharding(), plan.precision)
     if model.transformer is not None:
@@ -188,14 +211,15 @@ def _activations(model: ModelSpec, plan: Plan, notes: list[str], tp: int = 1, sh
         if plan.seq_len and plan.seq_len != arch.seq_len:
             arch = type(arch)(**{**arch.__dict__, "seq_len": plan.seq_len})
         return activations.activation_peak(arch, plan.micro_batch, elem, checkpointing=plan.checkpointing,
-                                           autocast=autocast, tp=tp, alongside=alongside, grads=grads)
+                                           autocast=autocast, tp=tp, alongside=alongside, grads=grads,
+                                           units=units)
     if model.activation_bytes is not None and model.activation_batch:
         scale = plan.micro_batch / model.activation_batch * (elem / 4)
         if plan.checkpointing:
             notes.append("checkpointing not modelled for a non-transformer module")
-        return int(model.activation_bytes * scale), 0
+        return int(model.activation_bytes * scale), 0, 0
     notes.append("activations not counted (no architecture: use a preset, or a factory returning example inputs)")
-    return None, 0
+    return None, 0, 0
 
 
 def made_in_backward(model: ModelSpec, grads: int, tp: int = 1) -> tuple[int, int]:
@@ -231,7 +255,7 @@ def tensor_parallel_memory(model: ModelSpec, plan: Plan, sharding: Sharding | No
     steps = ADAM_STEP_BYTES * len(model.shapes or ()) if plan.optimizer in ("adam", "adamw") else 0
     out.params, out.grads, out.optimizer = round(held * p_b), round(held * g_b), round(held * o_b) + steps
     tp = plan.ranks if model.split_elements else 1
-    out.activations, out.grads_unmade = _activations(model, plan, out.notes, tp, sharding,
+    out.activations, out.grads_unmade, _ = _activations(model, plan, out.notes, tp, sharding,
                                                      grads=made_in_backward(model, math.ceil(out.grads / rows), tp))
     return out
 
@@ -354,12 +378,17 @@ def rank_memory(model: ModelSpec, sharding: Sharding, plan: Plan, rank: int = 0)
     per_tensor = not sharding.master and "grads" not in sharding.offload
     made_whole = round(through_backward * g_b) + out.grads if through_backward else 0
     backward_makes = out.grads if per_tensor else made_whole
-    out.activations, unmade = _activations(model, plan, out.notes, sharding=sharding,
-                                           grads=made_in_backward(model, backward_makes))
+    units = transients.fsdp_units(model, sharding.gathered, mode, p_b, out.params, plan.backend) \
+        if n > 1 and not sharding.offload else None
+    out.activations, unmade, held = _activations(model, plan, out.notes, sharding=sharding,
+                                                 grads=made_in_backward(model, backward_makes), units=units)
+    out.buffers += held
     if backward_makes and unmade:
         out.grads_unmade = round(unmade * out.grads / backward_makes)
         out.buffers -= unmade - out.grads_unmade
-    if sharding.gathered == "all" and mode == "gathered":  # a bf16 copy of every parameter, beside the fp32 shards
+    if units:
+        pass  # counted moment by moment, above
+    elif sharding.gathered == "all" and mode == "gathered":  # a bf16 copy of every parameter, beside the fp32 shards
         out.buffers += round(model.params * 2)
     elif sharding.gathered == "all":
         out.buffers += round(model.params * p_b) - (out.params if "params" not in sharding.offload else 0)
@@ -371,8 +400,8 @@ def rank_memory(model: ModelSpec, sharding: Sharding, plan: Plan, rank: int = 0)
         out.buffers += round(unit * unit_bytes(mode))
         if not unit:
             out.notes.append("FSDP's gathered unit not counted (architecture unknown)")
-    if sharding.gathered == "all" and n > 1:  # FSDP reduces each unit as backward leaves it, as under "unit":
-        # the unit's unsharded gradients (in the compute dtype) and the previous unit's reduce-scatter input (fp32)
+    if sharding.gathered == "all" and n > 1 and not units:  # FSDP reduces each unit as backward leaves it, as under
+        # "unit": the unit's unsharded gradients (compute dtype) and the previous unit's reduce-scatter input (fp32)
         out.buffers += round(_largest_unit(model) * ((2 if mode == "gathered" else 4) + 4))
     if sharding.buckets:  # DDP builds its reducer, buckets included, at one process too (ddp×1: +1.1 MiB)
         out.buffers += out.grads
@@ -380,10 +409,15 @@ def rank_memory(model: ModelSpec, sharding: Sharding, plan: Plan, rank: int = 0)
         # ZeRO-1/2 stage their bucket in the gradients' dtype; ZeRO-3's buckets are keyed by the communication dtype
         # (stage3's ipg_buckets), fp32 as paratrain configures it
         bucket_b = wire_bytes(sharding, plan.precision)[1] if layout == "tensor" else g_b
-        out.buffers += round(min(ZERO_REDUCE_BUCKET, model.params) * bucket_b)
+        bucket = min(ZERO_REDUCE_BUCKET, model.params)
+        out.buffers += round(bucket * bucket_b)
+        reused = min(bucket, ZERO3_MAX_REUSE_DISTANCE // 2) * p_b if layout == "tensor" else 0
+        out.reduction = transients.zero_reduction(layout, plan.backend, bucket, g_b, round(through_backward * g_b),
+                                                  reused)
     if sharding.fusion_buffer and n > 1:
         out.buffers += HOROVOD_FUSION_BYTES
     if sharding.gathers_outputs and n > 1 and out.activations is not None and model.transformer is not None:
         arch = model.transformer
         out.activations += (n - 1) * plan.micro_batch * (plan.seq_len or arch.seq_len) * arch.vocab * 4
     return out
+

@@ -70,6 +70,8 @@ def predict(spec: str, nproc: int, *, workload: Any, width: int | None, depth: i
             checkpointing: bool | str, weak: bool) -> RankMemory | None:
     """What the busiest rank (rank 0) of this cell holds, by advise's model; None where advise has no model of it
     (a user's script, a method or precision it does not size)."""
+    import torch
+
     from paratrain.advise import memory
     from paratrain.advise.methods import all_methods
     from paratrain.strategies import registry
@@ -88,7 +90,8 @@ def predict(spec: str, nproc: int, *, workload: Any, width: int | None, depth: i
     micro = workload.global_batch if weak else math.ceil(workload.global_batch / replicas)
     plan = memory.Plan(ranks=nproc, micro_batch=micro, seq_len=workload.tokens_per_sample,
                        precision=precision or "fp32", checkpointing=checkpointing,
-                       optimizer="sgd-momentum" if workload.momentum is not None else "adamw")
+                       optimizer="sgd-momentum" if workload.momentum is not None else "adamw",
+                       backend="nccl" if torch.cuda.is_available() else "gloo")
     return memory.rank_memory(_model(workload.name, width, depth), sharding, plan, rank=0)
 
 
@@ -120,7 +123,7 @@ def refuse_if_none_fit(unfit: list[tuple[str, str]], budget: Budget | None) -> N
 
 def need_words(mem: RankMemory) -> str:
     """``needs 1.2 GiB per rank (states 1.0 GiB, activations 0.15 GiB, buffers 0.05 GiB)``."""
-    parts = [("states", mem.state - mem.grads_unmade), ("activations", mem.activations or 0), ("buffers", mem.buffers)]
+    parts = list(mem.peak_parts().items())[1:]
     shown = ", ".join(f"{name} {gib(value)}" for name, value in parts if value)
     return f"needs {gib(mem.total)} per rank ({shown})"
 
@@ -186,7 +189,10 @@ def memory_markdown(results: dict[str, Any]) -> list[str]:
     for cell in rows:
         mem = cell["predicted_mem"]
         peaks = [b for b in cell.get("peak_mem_bytes") or [] if b is not None]
-        state = mem["params"] + mem["grads"] + mem["optimizer"] - mem.get("grads_unmade", 0)  # alive at the peak
+        from paratrain.advise.memory import peak_parts
+
+        alive = peak_parts(mem)  # at the peak
+        state = alive["states"]
         if cell.get("status") == "does_not_fit":
             verdict = "does not fit: not started"
         elif cell.get("over_budget"):
@@ -198,7 +204,7 @@ def memory_markdown(results: dict[str, Any]) -> list[str]:
                        f"{gib(max(peaks) - budget['bytes'])} (it counts cached pages too)")
         else:
             verdict = "fits" if budget else "ran"
-        acts = "not counted" if mem.get("activations") is None else gib(mem["activations"])
-        out.append(f"| {cell['key']} | {gib(state)} | {acts} | {gib(mem['buffers'])} | {gib(mem['total'])} | "
+        acts = "not counted" if mem.get("activations") is None else gib(alive["activations"])
+        out.append(f"| {cell['key']} | {gib(state)} | {acts} | {gib(alive['buffers'])} | {gib(mem['total'])} | "
                    f"{gib(max(peaks)) if peaks else '—'} | {verdict} |")
     return out

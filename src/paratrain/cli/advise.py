@@ -88,6 +88,8 @@ def _fit_lines(rows: list[dict]) -> list[str]:
 
 
 def _render(result: dict) -> None:
+    from paratrain.advise.memory import peak_parts
+
     plan, model = result["plan"], result["model"]
     out = console.out
     link = plan["interconnect"]
@@ -114,8 +116,10 @@ def _render(result: dict) -> None:
         b = row["per_rank_bytes"]
         name = escape(row["label"]) if row["runnable"] else f"[dim]{escape(row['label'])}*[/]"
         fits = _fits_cell(row)
-        mem.add_row(name, _g(b["params"]), _g(b["grads"] - b["grads_unmade"]), _g(b["optimizer"]), _g(b["activations"]),
-                    _g(b["buffers"]), _g(b["total"]), _g(b["reserved"]), _g(b["host"]), fits)
+        alive = peak_parts(b)
+        mem.add_row(name, _g(b["params"]), _g(alive["grads"]), _g(b["optimizer"]),
+                    _g(alive["activations"] if b["activations"] is not None else None), _g(alive["buffers"]),
+                    _g(b["total"]), _g(b["reserved"]), _g(b["host"]), fits)
         measured = row["measured"]
         how.add_row(name, row["launcher"], str(row["processes"]),
                     "any" if row["multi_node"] else "1", escape(row["sharded_short"]),
