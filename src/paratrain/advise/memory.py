@@ -267,7 +267,11 @@ def fsdp_tp_memory(model: ModelSpec, plan: Plan, tp: int, sharding: Sharding | N
     rows = max(1, plan.ranks // tp)
     mode = sixteen_bit(sharding, plan.precision) if sharding is not None else ""
     out = tensor_parallel_memory(model, replace(plan, ranks=tp), sharding, rows)
-    out.params, out.grads, out.optimizer = (math.ceil(x / rows) for x in (out.params, out.grads, out.optimizer))
+    # Adam's step counts are one scalar per tensor on every rank, however its elements are sharded (the 2×2 mesh
+    # held 78 B above advise, half the llama's 39 steps, while they were divided too)
+    steps = ADAM_STEP_BYTES * len(model.shapes or ()) if plan.optimizer in ("adam", "adamw") else 0
+    out.params, out.grads = (math.ceil(x / rows) for x in (out.params, out.grads))
+    out.optimizer = math.ceil((out.optimizer - steps) / rows) + steps
     if rows > 1:
         out.buffers += round(_largest_unit(model) / tp * unit_bytes(mode))
     return out
