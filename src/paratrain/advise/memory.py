@@ -390,23 +390,22 @@ def rank_memory(model: ModelSpec, sharding: Sharding, plan: Plan, rank: int = 0)
     if backward_makes and unmade:
         out.grads_unmade = round(unmade * out.grads / backward_makes)
         out.buffers -= unmade - out.grads_unmade
-    if units:
-        pass  # counted moment by moment, above
-    elif sharding.gathered == "all" and mode == "gathered":  # a bf16 copy of every parameter, beside the fp32 shards
-        out.buffers += round(model.params * 2)
-    elif sharding.gathered == "all":
-        out.buffers += round(model.params * p_b) - (out.params if "params" not in sharding.offload else 0)
-    elif sharding.gathered == "reused":  # gathered into buffers of their own, beside the partition: even on one rank
-        kept = min(model.params, ZERO3_MAX_REUSE_DISTANCE // 2)
-        out.buffers += round(max(kept, 2 * _largest_unit(model)) * p_b)
-    elif sharding.gathered == "unit" and n > 1:  # see FSDP_UNITS_HELD
-        unit = _largest_unit(model)
-        out.buffers += round(unit * unit_bytes(mode))
-        if not unit:
-            out.notes.append("FSDP's gathered unit not counted (architecture unknown)")
-    if sharding.gathered == "all" and n > 1 and not units:  # FSDP reduces each unit as backward leaves it, as under
-        # "unit": the unit's unsharded gradients (compute dtype) and the previous unit's reduce-scatter input (fp32)
-        out.buffers += round(_largest_unit(model) * ((2 if mode == "gathered" else 4) + 4))
+    if units is None:  # FSDP's units are counted moment by moment above, where its blocks are known
+        if sharding.gathered == "all" and mode == "gathered":  # a bf16 copy of every parameter, beside the fp32 shards
+            out.buffers += round(model.params * 2)
+        elif sharding.gathered == "all":
+            out.buffers += round(model.params * p_b) - (out.params if "params" not in sharding.offload else 0)
+        elif sharding.gathered == "reused":  # gathered into buffers of their own, beside the partition, on one rank too
+            kept = min(model.params, ZERO3_MAX_REUSE_DISTANCE // 2)
+            out.buffers += round(max(kept, 2 * _largest_unit(model)) * p_b)
+        elif sharding.gathered == "unit" and n > 1:  # see FSDP_UNITS_HELD
+            unit = _largest_unit(model)
+            out.buffers += round(unit * unit_bytes(mode))
+            if not unit:
+                out.notes.append("FSDP's gathered unit not counted (architecture unknown)")
+        if sharding.gathered == "all" and n > 1:  # FSDP reduces each unit as backward leaves it, as under
+            # "unit": the unit's unsharded gradients (compute dtype), the previous unit's reduce-scatter input (fp32)
+            out.buffers += round(_largest_unit(model) * ((2 if mode == "gathered" else 4) + 4))
     if sharding.buckets:  # DDP builds its reducer, buckets included, at one process too (ddp×1: +1.1 MiB)
         out.buffers += out.grads
     if sharding.reduce_bucket:  # allocated on one rank too: the ZeRO optimizer buckets whatever the world size
