@@ -232,7 +232,7 @@ def made_in_backward(model: ModelSpec, grads: int, tp: int = 1) -> tuple[int, in
         return 0, 0
     attention, mlp = arch.block_matrices()
     matrices = attention + mlp * arch.experts
-    norms = 2 * arch.hidden * (2 if arch.norm == "layernorm" else 1)
+    norms = arch.norm_elements()
     split = arch.layers * matrices if tp > 1 else 0
     held = model.params - split + split / tp
     per_element = grads / held
@@ -311,7 +311,7 @@ def pipeline_memory(model: ModelSpec, plan: Plan, schedule: str) -> RankMemory:
         return out
     chunks = pipeline_chunks(stages)
     micro = math.ceil(plan.micro_batch / chunks)
-    norms = 2 * arch.hidden * (2 if arch.norm == "layernorm" else 1)  # a pre-norm block's two (LayerNorm: + bias)
+    norms = arch.norm_elements()
     blocks = arch.layers * (sum(arch.block_matrices()) + norms)
     outside = max(0, model.params - blocks)  # embeddings, output layer, the final norm and biases
     embedding = min(outside, arch.vocab * arch.hidden)

@@ -54,6 +54,10 @@ class Transformer:
         h, kv = self.hidden, self.kv_width
         return h * h * 2 + h * kv * 2, (3 if self.mlp == "swiglu" else 2) * h * self.ffn
 
+    def norm_elements(self) -> int:
+        """Elements of one pre-norm block's two norms (a LayerNorm's bias too)."""
+        return 2 * self.hidden * (2 if self.norm == "layernorm" else 1)
+
     def split_elements(self, *, biases: bool) -> int:
         """Elements tensor parallelism divides: every block's matrices, and with biases those of q/k/v and of the
         MLP's first layer(s) (split by their outputs; the row-split layers' biases stay whole)."""

@@ -24,8 +24,7 @@ def fsdp_units(model: ModelSpec, gathered: str, mode: str, p_b: int, params_held
         return None
     compute = 2 if mode == "gathered" else 4
     attention, mlp = arch.block_matrices()
-    block = min(attention + mlp * arch.experts + 2 * arch.hidden * (2 if arch.norm == "layernorm" else 1),
-                model.params / arch.layers)
+    block = min(attention + mlp * arch.experts + arch.norm_elements(), model.params / arch.layers)
     root = model.params - block * arch.layers
     head = min(root, arch.vocab * arch.hidden)
     if gathered == "unit":
