@@ -176,8 +176,8 @@ def activation_peak(arch: Transformer, batch: int, elem: int, *, checkpointing: 
     gradient beside it put DDP ×2 on the bundled llama 7–12 % high, as much as its fp32 gradients. ``units``: what
     FSDP holds at each moment (:class:`Units`), counted into the moment and returned apart; FSDP's (sharded)
     gradients are made by each block's reduce-scatter as its backward ends, the output layer's with the root's at
-    the very end. Returns (the
-    activations, the gradients not made yet, FSDP's units) at the moment the three together peak."""
+    the very end. Returns (the activations, the gradients not made yet, FSDP's units) at the moment the three
+    together peak."""
     mode = ac_modes.parse(checkpointing)
     layer = per_layer_bytes(arch, batch, elem, tp)
     outside = outside_layers_bytes(arch, batch, elem)

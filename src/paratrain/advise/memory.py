@@ -252,12 +252,17 @@ def tensor_parallel_memory(model: ModelSpec, plan: Plan, sharding: Sharding | No
         out.notes.append("no tensor-parallel plan known for this model: its state counted whole")
         split = 0
     held = model.params - split + split / plan.ranks
-    steps = ADAM_STEP_BYTES * len(model.shapes or ()) if plan.optimizer in ("adam", "adamw") else 0
+    steps = _step_counts(model, plan)
     out.params, out.grads, out.optimizer = round(held * p_b), round(held * g_b), round(held * o_b) + steps
     tp = plan.ranks if model.split_elements else 1
     out.activations, out.grads_unmade, _ = _activations(model, plan, out.notes, tp, sharding,
                                                      grads=made_in_backward(model, math.ceil(out.grads / rows), tp))
     return out
+
+
+def _step_counts(model: ModelSpec, plan: Plan) -> int:
+    """Adam's step count, one scalar per parameter tensor on every rank that holds a piece of it (a DTensor's too)."""
+    return ADAM_STEP_BYTES * len(model.shapes or ()) if plan.optimizer in ("adam", "adamw") else 0
 
 
 def fsdp_tp_memory(model: ModelSpec, plan: Plan, tp: int, sharding: Sharding | None = None) -> RankMemory:
@@ -269,7 +274,7 @@ def fsdp_tp_memory(model: ModelSpec, plan: Plan, tp: int, sharding: Sharding | N
     out = tensor_parallel_memory(model, replace(plan, ranks=tp), sharding, rows)
     # Adam's step counts are one scalar per tensor on every rank, however its elements are sharded (the 2×2 mesh
     # held 78 B above advise, half the llama's 39 steps, while they were divided too)
-    steps = ADAM_STEP_BYTES * len(model.shapes or ()) if plan.optimizer in ("adam", "adamw") else 0
+    steps = _step_counts(model, plan)
     out.params, out.grads = (math.ceil(x / rows) for x in (out.params, out.grads))
     out.optimizer = math.ceil((out.optimizer - steps) / rows) + steps
     if rows > 1:
@@ -423,4 +428,3 @@ def rank_memory(model: ModelSpec, sharding: Sharding, plan: Plan, rank: int = 0)
         arch = model.transformer
         out.activations += (n - 1) * plan.micro_batch * (plan.seq_len or arch.seq_len) * arch.vocab * 4
     return out
-
