@@ -112,8 +112,7 @@ def _wait_for(moment: str, job: subprocess.Popen) -> None:
     if moment == "ranks starting":  # torchrun has started the rank processes; they are importing
         while not psutil.Process(job.pid).children() and time.monotonic() < deadline:
             time.sleep(0.02)
-        time.sleep(0.2)  # past the interpreter's own start (see the note in launcher/worker.py)
-        return
+        return  # the ranks' interpreters are starting: SIGINT is held until the worker can take it quietly
     assert job.stdout is not None  # "running": a rank has started the script
     while time.monotonic() < deadline:
         line = job.stdout.readline()

@@ -15,9 +15,12 @@ stalled job, and the shell line that shows a plan.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import shlex
+import shutil
 import signal
+import subprocess
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -264,3 +267,27 @@ def keep_signals() -> Callable[[], None]:
                 signal.signal(sig, handler)
 
     return restore
+
+
+def holding_sigint(argv: list[str]) -> list[str]:
+    """``argv`` started with SIGINT blocked, where this system's ``env`` can do it (GNU coreutils ≥ 8.31).
+
+    A new interpreter takes Python's own SIGINT handler from its first instruction, long before the worker's first
+    line: a Ctrl-C that reached a rank then (forwarded by torchrun, or from the terminal to TensorFlow's workers)
+    printed an import's ``KeyboardInterrupt`` traceback under the launcher's one line. A blocked signal is not lost,
+    only held: the worker unblocks it once its own quiet handler is in place, and the held Ctrl-C ends it then.
+    Elsewhere the command is unchanged (the window stays, as under torchrun)."""
+    env = _blocking_env()
+    return [env, "--block-signal=INT", *argv] if env else list(argv)
+
+
+@functools.cache
+def _blocking_env() -> str | None:
+    env = shutil.which("env")
+    if env is None:
+        return None
+    try:
+        done = subprocess.run([env, "--block-signal=INT", "true"], capture_output=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return env if done.returncode == 0 else None

@@ -245,7 +245,7 @@ class _Job:
     def start(self) -> None:
         base = {k: v for k, v in os.environ.items() if k != TF_CONFIG_VAR}
         for extra in worker_envs(self.plan):
-            self.procs.append(subprocess.Popen(self.plan.argv, env={**base, **extra}))
+            self.procs.append(subprocess.Popen(jobs.holding_sigint(self.plan.argv), env={**base, **extra}))
             self.ranks.append(int(extra["RANK"]))
 
     def poll(self) -> None:

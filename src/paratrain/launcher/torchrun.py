@@ -4,11 +4,12 @@ Rendezvous, restarts and per-rank error files are torchrun's; paratrain adds the
 multi-node arguments, a watchdog for stalled ranks and the one line that names the rank that failed first.
 
 Each rank is a fresh interpreter (``python -u -m paratrain.launcher.worker SCRIPT``), started the way torchrun
-starts a script's ranks. paratrain once forked the ranks from a forkserver that had imported torch (1.35 s sooner
-for ddp×2 here), and gave that up: a forked rank shares its parent's random state and hash seed, and its life
-after the script — inside torch's multiprocessing wrapper, waiting for its peers — is where a finished job hung
-(a process group torn down while the collector held the GIL) and where a signal at start-up could leave ranks
-behind. A rank that is its own process behaves as under torchrun, which is the promise.
+starts a script's ranks, with SIGINT held until the worker can take it quietly (``job.holding_sigint``).
+paratrain once forked the ranks from a forkserver that had imported torch (1.35 s sooner for ddp×2 here), and gave
+that up: a forked rank shares its parent's random state and hash seed, and its life after the script — inside
+torch's multiprocessing wrapper, waiting for its peers — is where a finished job hung (a process group torn down
+while the collector held the GIL) and where a signal at start-up could leave ranks behind. A rank that is its own
+process behaves as under torchrun, which is the promise.
 """
 
 from __future__ import annotations
@@ -16,6 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import signal
+import sys
 from pathlib import Path
 
 from paratrain.errors import LaunchError
@@ -105,6 +107,7 @@ def _run_torchrun(plan: LaunchPlan, notes: Path) -> None:
     split = plan.argv.index("--module") + 2
     args = torchrun.parse_args(plan.argv[:split])
     args.training_script_args = plan.argv[split:]
+    _hold_sigint(args)
     _quiet_torchrun(plan.config.verbose)
     watchdog = Watchdog(notes, plan.world_size, plan.config.stall_timeout)
     try:
@@ -118,6 +121,16 @@ def _run_torchrun(plan: LaunchPlan, notes: Path) -> None:
         _raise_first_failure(exc, notes, plan.world_size)
     except (DistError, RendezvousError) as exc:  # the job never formed: port taken, master unreachable
         raise _rendezvous_failure(plan.config, exc) from None
+
+
+def _hold_sigint(args) -> None:
+    """Each rank starts as ``python -u -m paratrain.launcher.worker …`` still, with SIGINT held until the worker's
+    handler is in place (:func:`job.holding_sigint`): torchrun's own ``--no-python`` runs that command as given."""
+    command = job.holding_sigint([sys.executable, "-u", "-m", args.training_script, *args.training_script_args])
+    if command[0] == sys.executable:  # this system cannot hold it: torchrun's usual command
+        return
+    args.module, args.no_python = False, True
+    args.training_script, args.training_script_args = command[0], command[1:]
 
 
 def _rendezvous_failure(config: RunConfig, exc: Exception) -> LaunchError:

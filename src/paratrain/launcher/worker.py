@@ -39,9 +39,12 @@ import signal
 
 # A Ctrl-C (torchrun forwards it to the ranks) that lands while this rank is still starting — before run() takes
 # over SIGINT — ends it at once and quietly, as nothing has begun: Python's own handler would print an import's
-# KeyboardInterrupt traceback from every rank under the launcher's one line.
+# KeyboardInterrupt traceback from every rank under the launcher's one line. The launchers start this module with
+# SIGINT blocked (job.holding_sigint), so one that came while the interpreter itself was starting is held until
+# this handler is in place, and is delivered now.
 if __name__ == "__main__":
     signal.signal(signal.SIGINT, lambda signum, _frame: os._exit(128 + signum))
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 import atexit
 import contextlib
