@@ -3,6 +3,8 @@ bundled llama, over precisions and activation checkpointing modes.
 
     python benchmarks/advise_vs_measured.py --out /tmp/avm                      # the whole grid (hours on 2 cores)
     python benchmarks/advise_vs_measured.py --precision bf16-mixed --checkpointing none --nproc 2 --out /tmp/avm
+    python benchmarks/advise_vs_measured.py --precision bf16-true --out /tmp/avm-true \
+        --methods ddp,fsdp,fsdp:shard=grad_op,fsdp:shard=none                  # bf16-true: the methods that run it
     python benchmarks/advise_vs_measured.py --table /tmp/avm                    # the table of runs already made
     python benchmarks/advise_vs_measured.py --table /tmp/avm --record tests/advise/measured_llama.json
 

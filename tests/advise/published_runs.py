@@ -26,6 +26,26 @@ Sources:
   The memory torchtitan logs is the reserved peak (train.py at the benchmark's commit 9dec370: "memory:
   {device_mem_stats.max_reserved_gib}"); its llama3_8b.toml: AdamW, seq_len 8192, selective_ac_option 'op';
   torchtitan's FSDP2 mixed precision: bf16 parameters, fp32 reduce.
+- torchtitan pull request #1287, "Titan changes to use DCP ZOC instead of titan default Async + Pinned Memory"
+  (June 2025), its baseline log "TorchTitan Training (Async+ Pinned Mem) Without DCP for 1000 steps on LLAMA3 8B
+  Model": https://github.com/pytorch/torchtitan/pull/1287
+  "step: 200  loss:  6.1384  memory: 49.66GiB(52.28%)  tps: 5,856" (the same figure at steps 210-250), 8 H100s of
+  95 GiB (49.66 / 0.5228), torchtitan's llama3_8b.toml of that month: AdamW, batch_size 1, seq_len 8192,
+  compile false, selective_ac_option 'op', data_parallel_shard_degree -1 (FSDP2 over the 8 GPUs), no float8.
+  torchtitan's run_train.sh sets PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True. The checkpoints it saves stage
+  through pinned host memory, not the GPU's. The memory it logs is the reserved peak, as above. Llama 3 8B has the
+  dimensions of Llama 3.1 8B (advise's llama3.1-8b preset); 3.1 changed the RoPE scaling and the context length.
+- lightning-thunder pull request #940, "[benchmark_litgpt] Add an option to use FSDP2 for when `torch.compile` is
+  used" (August 2024): https://github.com/Lightning-AI/lightning-thunder/pull/940
+  "## Llama-2-7b-hf on 8 H100, using pjnl-20240814 / ### batch size 1 / | compiler | executors | Tokens/s/GPU |
+  Memory Used | ... | eager | N/A (FSDP2) | 9325.13 | 47.45 |", run as the description's command says
+  (`thunder/benchmarks/benchmark_litgpt.py --model_name Llama-2-7b-hf --distributed_mode fsdp2 --shard_mode zero2`).
+  benchmark_litgpt.py at that pull request's merge: the model cast to bf16 (`model.to(torch.bfloat16)`: bf16
+  parameters, gradients and AdamW state, which is paratrain's bf16-true), FSDP2 per block and at the root with
+  `reshard_after_forward` false under zero2 (paratrain's fsdp:shard=grad_op), fused AdamW, no activation
+  checkpointing by default, one sample of the model's block size (4,096 tokens) per GPU; "Memory Used" is
+  `torch.cuda.max_memory_allocated() / 1e9`, in GB (47.45 GB = 44.19 GiB). litgpt's Llama-2-7b-hf has the
+  dimensions of advise's llama-7b preset. "eager" is no compiler.
 """
 
 from __future__ import annotations
@@ -55,6 +75,8 @@ class PublishedRun:
 
 PR165 = "https://github.com/pytorch/torchtitan/pull/165"
 BENCH = "https://github.com/pytorch/torchtitan/blob/main/benchmarks/llama3_h100_202412_torchtitan.md"
+PR1287 = "https://github.com/pytorch/torchtitan/pull/1287"
+THUNDER940 = "https://github.com/Lightning-AI/lightning-thunder/pull/940"
 _7B = {"model": "llama-7b", "gpu": "H100 96 GB", "ranks": 8, "micro_batch": 8, "seq_len": 2048,
        "precision": "bf16-mixed", "method": "fsdp", "optimizer": "adamw", "source": PR165}
 _8B = {"model": "llama3.1-8b", "gpu": "H100 96 GB", "micro_batch": 2, "seq_len": 8192, "precision": "bf16-mixed",
@@ -81,9 +103,17 @@ RUNS: tuple[PublishedRun, ...] = (
     # torchtitan benchmarks, Table 3: "128 GPUs. Local batch size 2 ... Selective activation checkpointing. | FSDP |
     # 5,605 | 67.0 |"
     PublishedRun(name="8b-fsdp2-op-128", ranks=128, reserved_gib=67.0, what=_FSDP2, **_8B),
+    # torchtitan #1287: "step: 200  loss:  6.1384  memory: 49.66GiB(52.28%)  tps: 5,856" (llama3_8b.toml: batch 1)
+    PublishedRun(name="8b-fsdp2-op-8-b1", ranks=8, reserved_gib=49.66, what=_FSDP2,
+                 **{**_8B, "micro_batch": 1, "source": PR1287}),
+    # lightning-thunder #940: "| eager | N/A (FSDP2) | 9325.13 | 47.45 |" (max_memory_allocated / 1e9, GB)
+    PublishedRun(name="7b-fsdp2-true-grad_op", model="llama-7b", gpu="H100 80 GB", ranks=8, micro_batch=1,
+                 seq_len=4096, precision="bf16-true", checkpointing=False, method="fsdp:shard=grad_op",
+                 optimizer="adamw", allocated_gib=47.45e9 / 2**30, reserved_gib=None, source=THUNDER940,
+                 what="litgpt on FSDP2, the model cast to bf16 (bf16 AdamW state), reshard_after_forward=False"),
 )
 
-# The allocator constant is fitted on these (4 of the 10 published figures): torchtitan's FSDP2 pairs, the method
+# The allocator constant is fitted on these (4 of the 12 published figures): torchtitan's FSDP2 pairs, the method
 # paratrain's fsdp is. Every other figure validates it.
 FIT = ("7b-fsdp2-full", "7b-fsdp2-op")
 

@@ -1,9 +1,10 @@
 """advise = what runs: rank 0's measured peak and state bytes of real `compare` cells on the bundled llama, every
-torch method × precision × activation checkpointing mode (tests/advise/measured_llama.json, recorded on a 2-core
-CPU with torch 2.13 by ``python benchmarks/advise_vs_measured.py ... --record``), against advise's model as it is
-now: state bytes exact, the total within 10 %. The measurements are real runs kept as data, so the table costs the
-suite nothing to hold; a change to a method's memory re-records them. A case the model does not reach yet is a
-strict expected failure that says why, so the mark has to go when the model gains the term.
+torch method × precision (fp32, bf16-mixed; bf16-true under the methods that run it) × activation checkpointing
+mode (tests/advise/measured_llama.json, recorded on a 2-core CPU with torch 2.13 by ``python
+benchmarks/advise_vs_measured.py ... --record``), against advise's model as it is now: state bytes exact, the total
+within 10 %. The measurements are real runs kept as data, so the table costs the suite nothing to hold; a change to
+a method's memory re-records them. A case the model does not reach yet is a strict expected failure that says why,
+so the mark has to go when the model gains the term.
 """
 
 from __future__ import annotations
@@ -51,9 +52,13 @@ def _params() -> list:
 
 def test_the_table_covers_every_torch_method_precision_and_mode():
     cells = {(c["strategy"], c["precision"], c["checkpointing"]) for c in CASES}
-    assert {c[1] for c in cells} == {"fp32", "bf16-mixed"}
+    assert {c[1] for c in cells} == {"fp32", "bf16-mixed", "bf16-true"}
     assert {c[2] for c in cells} >= {"none", "full", "op", "every:2"}
     assert {c[0] for c in cells} >= {"ddp", "fsdp", "deepspeed:zero2", "deepspeed:zero3", "tp", "fsdp+tp", "pp"}
+    # bf16-true under every method that runs it (the others refuse it), in every mode, at 2 and 4 processes
+    true16 = {(c["strategy"], c["nproc"], c["checkpointing"]) for c in CASES if c["precision"] == "bf16-true"}
+    assert true16 == {(s, n, m) for s in ("ddp", "fsdp", "fsdp:shard=grad_op", "fsdp:shard=none") for n in (2, 4)
+                      for m in ("none", "full", "op", "every:2")}
 
 
 @requires("transformers")

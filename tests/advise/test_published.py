@@ -19,6 +19,8 @@ TOLERANCE = 0.10
 
 def test_the_runs_are_enough_and_the_fit_is_at_most_half():
     assert published.measurements() >= 8
+    # at least six runs of methods advise models (the FSDP1 runs are kept, pending, beside them)
+    assert sum(not published.pending(run) for run in published.RUNS) >= 6
     assert published.fit_measurements() * 2 <= published.measurements()
     assert set(published.FIT) <= {r.name for r in published.RUNS}
     for run in published.RUNS:

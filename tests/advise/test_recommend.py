@@ -150,3 +150,30 @@ def test_fsdp_with_tensor_parallel_shards_the_tp_slices_across_the_groups():
     assert pairs.activations == tp2.activations and pairs.buffers > 0  # tp's slices, one gathered block
     row = _row(_advise_preset("llama3-8b", gpus=4, mem=80), "fsdp+tp:tp=8")
     assert not row["usable"] and "groups of 8" in row["unusable_because"]
+
+
+def test_a_method_that_refuses_the_precision_is_not_recommended():
+    """paratrain refuses bf16-true under DeepSpeed, tp and Horovod, and fp16-mixed under fsdp: advise says so instead
+    of recommending a run that cannot be started."""
+    true16 = _advise(1e9, gpus=8, mem=80, precision="bf16-true")
+    for spec in ("deepspeed:zero3", "tp", "horovod"):
+        row = _row(true16, spec)
+        assert not row["usable"] and spec not in true16["recommendation"]
+        assert row["unusable_because"].startswith("does not run bf16-true"), row
+    assert _row(true16, "fsdp")["usable"] and "fsdp" in true16["recommendation"]
+    fp16 = _advise(1e9, gpus=8, mem=80, precision="fp16-mixed")
+    assert "fsdp" not in fp16["recommendation"] and "ddp" in fp16["recommendation"]
+    assert "fp16-mixed" in _row(fp16, "fsdp")["unusable_because"]
+
+
+def test_bf16_true_holds_two_bytes_of_everything_and_no_master_copy():
+    """The model cast to bf16: parameters, gradients and each of Adam's two moments in bf16 (8 bytes a parameter,
+    half of fp32's 16), gathered and reduced in bf16 too."""
+    model = models.from_params(1e9)
+    plan = memory.Plan(ranks=1, precision="bf16-true", optimizer="adamw")
+    single = memory.rank_memory(model, memory.Sharding(), plan)
+    assert (single.params, single.grads) == (2 * model.params, 2 * model.params)
+    assert single.optimizer - 4 * len(model.shapes or ()) == 4 * model.params
+    fsdp = next(m for m in recommend.all_methods() if m.spec == "fsdp").sharding
+    assert memory.wire_bytes(fsdp, "bf16-true") == (2, 2)
+    assert memory.wire_bytes(fsdp, "bf16-mixed") == (2, 4)

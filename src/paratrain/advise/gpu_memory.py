@@ -28,7 +28,8 @@ from paratrain.advise.models import ModelSpec
 
 # Fitted on torchtitan's FSDP2 runs of Llama 2 7B (8 H100s, micro-batch 8, 2,048 tokens, full and per-op selective
 # checkpointing): 2.91 and 3.47 blocks of the gap; their mean, rounded. Validated on the FSDP1 runs of the same
-# set-up (3.01 and 4.76 blocks) and on Llama 3.1 8B at 8 and 128 GPUs: tests/advise/test_published.py.
+# set-up (3.01 and 4.76 blocks) and on Llama 3.1 8B at 8 GPUs (one and two samples each) and at 128:
+# tests/advise/test_published.py.
 FRAGMENTATION_BLOCKS = 3.2
 
 

@@ -13,6 +13,9 @@ per rank, in the layout each method really uses, so the figures equal what `comp
   granularity; a rank holds the gradients of every tensor that overlaps its partition whole until the step;
 - ``tensor`` (DeepSpeed ZeRO-3): each tensor flattened and cut in N, and tensors under DeepSpeed's persistence
   threshold also kept whole on every rank.
+``bf16-true`` casts the model itself to bf16 under every method that takes it (single, ddp, fsdp): 2 + 2 bytes of
+parameters and gradients, the optimizer's state in bf16 too and no master copy, everything gathered, reduced and
+computed in bf16 (mode ``true`` below); the methods that refuse it are not ranked under it.
 DeepSpeed also keeps an fp32 master copy of its partition when training in fp32 (``master``), and allocates its
 gradient-reduction bucket whole (``reduce_bucket``: the model's size up to 5e8 elements, as paratrain configures it).
 """
@@ -24,9 +27,10 @@ from dataclasses import dataclass, field, replace
 
 from paratrain.advise import activations, transients
 from paratrain.advise.models import ModelSpec
+from paratrain.advise.transients import compute_bytes, reduce_bytes
 from paratrain.strategies.costs import ZERO3_MAX_REUSE_DISTANCE, ZERO_REDUCE_BUCKET, Sharding
 
-PRECISIONS = ("fp32", "bf16-mixed", "fp16-mixed")
+PRECISIONS = ("fp32", "bf16-mixed", "fp16-mixed", "bf16-true")
 AUTOCAST = ("bf16-mixed", "fp16-mixed")  # 16-bit compute over fp32 weights, under every method paratrain runs
 OPTIMIZERS = ("sgd", "sgd-momentum", "adam", "adamw")
 _STATES = {"sgd": 0, "sgd-momentum": 1, "adam": 2, "adamw": 2}  # fp32 tensors per parameter
@@ -104,6 +108,8 @@ def element_bytes(precision: str, optimizer: str, sixteen_bit: str = "") -> tupl
     fp32 master weights in the optimizer's share as the ZeRO paper counts them; autocast over fp32 weights and
     FSDP's fp32 shards hold what fp32 training holds."""
     states = _STATES[optimizer]
+    if precision == "bf16-true":  # the optimizer's state takes its parameters' dtype (torch.zeros_like)
+        return 2, 2, 2 * states
     if precision == "bf16-mixed" and sixteen_bit == "weights":
         return 2, 2, 4 + 4 * states
     return 4, 4, 4 * states
@@ -113,15 +119,20 @@ def sixteen_bit(sharding: Sharding, precision: str) -> str:
     """How a method holds its weights under ``precision`` (see ``Sharding.sixteen_bit``): only bf16-mixed changes a
     sharded method's layout; fp16-mixed is autocast over fp32 weights everywhere. DeepSpeed's ZeRO-3 holds bf16
     weights like ZeRO-1/2 also when paratrain partitions the model before the engine exists
-    (``deepspeed_init.partition_from_rank0`` casts each module first, as the engine would)."""
+    (``deepspeed_init.partition_from_rank0`` casts each module first, as the engine would). Under bf16-true every
+    method holds, gathers, computes with and reduces the bf16 weights the model was cast to: mode ``true``."""
+    if precision == "bf16-true":
+        return "true"
     return sharding.sixteen_bit if precision == "bf16-mixed" else ""
+
 
 
 def wire_bytes(sharding: Sharding, precision: str) -> tuple[int, int]:
     """(parameter, gradient) bytes per element sent: 16-bit parameters gathered by the sharded methods that hold or
-    gather them under bf16-mixed, gradients reduced in fp32 by every method paratrain runs."""
+    gather them under bf16-mixed, gradients reduced in fp32 by every method paratrain runs; bf16-true sends both
+    in bf16."""
     mode = sixteen_bit(sharding, precision)
-    return (2 if mode in ("weights", "gathered") else 4), 4
+    return (2 if mode in ("weights", "gathered", "true") else 4), reduce_bytes(mode)
 
 
 def computes_under_autocast(sharding: Sharding, precision: str) -> bool:
@@ -285,9 +296,8 @@ def fsdp_tp_memory(model: ModelSpec, plan: Plan, tp: int, sharding: Sharding | N
 def unit_bytes(mode: str) -> int:
     """Bytes per element of one FSDP unit that FSDP_UNITS_HELD units' worth of unsharded tensors take: the units'
     parameters and gradients in the dtype the forward computes with (bf16 under FSDP's mixed-precision policy), and
-    the reduce-scatter input in the reduction dtype (fp32 under every precision paratrain runs)."""
-    compute = 2 if mode == "gathered" else 4
-    return (FSDP_UNITS_HELD - 1) * compute + 4
+    the reduce-scatter input in the reduction dtype (:func:`reduce_bytes`)."""
+    return (FSDP_UNITS_HELD - 1) * compute_bytes(mode) + reduce_bytes(mode)
 
 
 def pipeline_chunks(stages: int) -> int:
@@ -410,7 +420,7 @@ def rank_memory(model: ModelSpec, sharding: Sharding, plan: Plan, rank: int = 0)
                 out.notes.append("FSDP's gathered unit not counted (architecture unknown)")
         if sharding.gathered == "all" and n > 1:  # FSDP reduces each unit as backward leaves it, as under
             # "unit": the unit's unsharded gradients (compute dtype), the previous unit's reduce-scatter input (fp32)
-            out.buffers += round(_largest_unit(model) * ((2 if mode == "gathered" else 4) + 4))
+            out.buffers += round(_largest_unit(model) * (compute_bytes(mode) + reduce_bytes(mode)))
     if sharding.buckets:  # DDP builds its reducer, buckets included, at one process too (ddp×1: +1.1 MiB)
         out.buffers += out.grads
     if sharding.reduce_bucket:  # allocated on one rank too: the ZeRO optimizer buckets whatever the world size

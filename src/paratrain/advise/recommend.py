@@ -126,6 +126,8 @@ def _row(model: ModelSpec, m: MethodModel, hw: Hardware, plan: memory.Plan, fram
         row.unusable = f"a {m.framework} method (planning for {framework}: --framework {m.framework})"
     elif not usable:
         row.unusable = "one machine only"
+    elif refused := _refused_precision(m, plan.precision):
+        row.usable, row.unusable = False, refused
     elif m.sharding.tp_size and (ranks % m.sharding.tp_size or hw.gpus % m.sharding.tp_size):
         row.usable, row.unusable = False, f"needs GPUs per node in groups of {m.sharding.tp_size}"
     elif m.sharding.tensor_parallel and (cut := _heads_cut(model, m.sharding.tp_size or ranks)):
@@ -135,6 +137,18 @@ def _row(model: ModelSpec, m: MethodModel, hw: Hardware, plan: memory.Plan, fram
     if m.sharding.pipeline and ranks > 1:
         row.bubble = memory.bubble_fraction(ranks, memory.pipeline_chunks(ranks))
     return row
+
+
+def _refused_precision(m: MethodModel, precision: str) -> str:
+    """Why the method does not train in ``precision`` ("" when it does): ranking a method paratrain would refuse to
+    start (fp16-mixed under fsdp, bf16-true under DeepSpeed) would advise a run that cannot be made."""
+    info = registry.info(m.method)
+    if info.framework != "torch" or not info.implemented:
+        return ""
+    allowed = info.load().supported_precision
+    if precision in allowed:
+        return ""
+    return f"does not run {precision} (it runs {', '.join(p for p in memory.PRECISIONS if p in allowed)})"
 
 
 def _block_output_bytes(arch: Transformer, plan: memory.Plan) -> int:

@@ -151,6 +151,11 @@ def _one_step(trainable: Trainable, spec: str, plan: Plan, foreach: bool | None)
     with _fake_friendly(), FakeTensorMode():
         strategy = None if name in ("single", "ddp") else _strategy(spec, plan)
         model = trainable.build()
+        if plan.precision == "bf16-true":  # as the Session's model.to(bfloat16), before any wrapper; a fake
+            # parameter cannot be swapped for its cast (module.to's way for tensor subclasses), its data can
+            for tensor in (*model.parameters(), *model.buffers()):
+                if tensor.is_floating_point():
+                    tensor.data = tensor.data.to(torch.bfloat16)
         if plan.checkpointing:
             from paratrain.blocks import checkpoint_activations
 

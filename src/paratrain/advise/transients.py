@@ -13,16 +13,29 @@ from paratrain.advise.activations import Units
 from paratrain.advise.models import ModelSpec
 
 
+def compute_bytes(mode: str) -> int:
+    """Bytes per element of the parameters a forward computes with, and of the gradients backward makes for them:
+    16-bit when the method gathers bf16 copies (FSDP's mixed-precision policy) or the model is bf16 (bf16-true)."""
+    return 2 if mode in ("gathered", "true") else 4
+
+
+def reduce_bytes(mode: str) -> int:
+    """Bytes per element of a gradient reduction's input: fp32 under every precision paratrain runs but bf16-true,
+    which reduces the bf16 gradients it makes."""
+    return 2 if mode == "true" else 4
+
+
 def fsdp_units(model: ModelSpec, gathered: str, mode: str, p_b: int, params_held: int,
                backend: str = "nccl") -> Units | None:
     """What FSDP holds per unit as backward walks the blocks (:class:`~paratrain.advise.activations.Units`), or None
     for a method that gathers no units (``gathered`` as in ``Sharding``), or a model without a known architecture
-    (then its busiest set is counted throughout). ``mode``: "gathered" under FSDP's bf16 mixed-precision policy;
+    (then its busiest set is counted throughout). ``mode``: "gathered" under FSDP's bf16 mixed-precision policy,
+    "true" under bf16-true (:func:`paratrain.advise.memory.sixteen_bit`);
     ``p_b``: bytes per parameter held; ``params_held``: the rank's parameter bytes."""
     arch = model.transformer
     if gathered not in ("unit", "all") or arch is None or not arch.layers:
         return None
-    compute = 2 if mode == "gathered" else 4
+    compute = compute_bytes(mode)
     attention, mlp = arch.block_matrices()
     block = min(attention + mlp * arch.experts + arch.norm_elements(), model.params / arch.layers)
     root = model.params - block * arch.layers
@@ -36,7 +49,7 @@ def fsdp_units(model: ModelSpec, gathered: str, mode: str, p_b: int, params_held
         if mode != "gathered" and params_held < whole:
             whole -= params_held
         copy = whole / model.params
-    return Units(gathered=round(block * copy), grads=round(block * compute), reduce=round(block * 4),
+    return Units(gathered=round(block * copy), grads=round(block * compute), reduce=round(block * reduce_bytes(mode)),
                  root=round(root * copy), root_grads=round(head * compute), kept=gathered == "all",
                  ahead=2 if backend == "nccl" else 0)
 

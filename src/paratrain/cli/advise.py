@@ -162,7 +162,7 @@ def advise(
                                    "(default: this machine's)."),
     probe: bool = typer.Option(False, "--probe", help="Measure the link here with an all-reduce instead."),
     precision: str = typer.Option(None, "--precision",
-                                  help="fp32, bf16-mixed, fp16-mixed (default: bf16-mixed on GPUs here that "
+                                  help="fp32, bf16-mixed, fp16-mixed, bf16-true (default: bf16-mixed on GPUs here that "
                                        "support it, else fp32)."),
     optimizer: str = typer.Option("adamw", "--optimizer", help="sgd, sgd-momentum, adam, adamw."),
     seq_len: int = typer.Option(None, "--seq-len", help="Sequence length (default: the model's)."),
