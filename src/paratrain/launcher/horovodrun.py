@@ -16,6 +16,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from paratrain import exiting
 from paratrain.errors import ConfigError, LaunchError
 from paratrain.launcher import job
 from paratrain.launcher.job import STALL_HINT, Interrupted, Launch, LaunchPlan
@@ -148,17 +149,19 @@ def _gloo_check_in_process() -> Any:
 
 @contextlib.contextmanager
 def _patient_middlemen() -> Any:
-    """Each worker's middleman process finishes stopping its worker before it exits (see horovod_middleman)."""
+    """Each worker's middleman process finishes stopping its worker before it exits, and starts with SIGINT held
+    (see horovod_middleman)."""
     from horovod.runner.common.util import safe_shell_exec
 
     from paratrain.launcher import horovod_middleman
 
-    original = safe_shell_exec._exec_middleman
+    original, execute = safe_shell_exec._exec_middleman, safe_shell_exec.execute
     safe_shell_exec._exec_middleman = horovod_middleman.middleman
+    safe_shell_exec.execute = horovod_middleman.holding_sigint(execute)
     try:
         yield
     finally:
-        safe_shell_exec._exec_middleman = original
+        safe_shell_exec._exec_middleman, safe_shell_exec.execute = original, execute
 
 
 def _quiet_resource_tracker() -> None:
@@ -193,8 +196,10 @@ def run(plan: LaunchPlan, notes: Path) -> None:
     try:
         sys.argv = ["horovodrun", *plan.argv]
         args = launch.parse_args()  # horovodrun's parser reads sys.argv
+        args.command = job.holding_sigint(args.command)  # SIGINT held while a worker's interpreter starts
         _quiet_resource_tracker()
         with watchdog, _closing_rendezvous(), _gloo_check_in_process(), _recording_exits(exits), _patient_middlemen():
+            exiting.check_signals()  # after this function's imports
             launch._run(args)
         # Workers stopped by horovodrun on a signal can all report success (they leave quietly on its SIGTERM)
         if watchdog.verdict:

@@ -17,6 +17,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from paratrain import exiting
 from paratrain import options as train_options
 from paratrain.console import notice
 from paratrain.distenv import (
@@ -126,6 +127,7 @@ def _execute(plan: LaunchPlan) -> int:
     try:
         os.environ[FAILURES_VAR] = str(notes)
         try:
+            exiting.check_signals()
             backend.run(plan, notes)
         finally:
             os.environ.pop(FAILURES_VAR, None)

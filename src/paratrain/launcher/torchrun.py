@@ -14,12 +14,14 @@ process behaves as under torchrun, which is the promise.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
 import sys
 from pathlib import Path
 
+from paratrain import exiting
 from paratrain.errors import LaunchError
 from paratrain.launcher import job
 from paratrain.launcher import notes as notes_
@@ -112,8 +114,10 @@ def _run_torchrun(plan: LaunchPlan, notes: Path) -> None:
     watchdog = Watchdog(notes, plan.world_size, plan.config.stall_timeout)
     try:
         with watchdog:
+            exiting.check_signals()  # after this function's imports
             torchrun.run(args)
     except SignalException as exc:  # Ctrl-C, a kill of the launcher, or the watchdog: the workers are stopped
+        _stop_strays(exc.sigval)
         if watchdog.verdict:
             raise LaunchError(watchdog.verdict, hint=STALL_HINT) from None
         raise Interrupted(exc.sigval) from None
@@ -121,6 +125,27 @@ def _run_torchrun(plan: LaunchPlan, notes: Path) -> None:
         _raise_first_failure(exc, notes, plan.world_size)
     except (DistError, RendezvousError) as exc:  # the job never formed: port taken, master unreachable
         raise _rendezvous_failure(plan.config, exc) from None
+
+
+def _stop_strays(signum: int) -> None:
+    """Stop the ranks torchrun started but lost track of, as it stops the others: ``signum``, then SIGKILL after
+    SHUTDOWN_GRACE_S. A signal that lands while torchrun is starting them raises out of the loop that records them
+    (torch's SubprocessContext._start), so its shutdown stops none, and the ranks, each in a session of its own, ran
+    on after the launcher had said every process was stopped (2 Ctrl-C in 22 at that moment here, on a busy
+    machine)."""
+    import psutil
+
+    strays = []
+    for child in psutil.Process().children():
+        with contextlib.suppress(psutil.Error):
+            if "paratrain.launcher.worker" in child.cmdline():
+                strays.append(child)
+                child.send_signal(signum)
+    _, alive = psutil.wait_procs(strays, timeout=job.SHUTDOWN_GRACE_S)
+    for child in alive:
+        with contextlib.suppress(psutil.Error):
+            child.kill()
+    psutil.wait_procs(alive, timeout=job.SHUTDOWN_GRACE_S)
 
 
 def _hold_sigint(args) -> None:

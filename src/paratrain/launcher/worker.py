@@ -233,7 +233,12 @@ def _joined_its_job() -> bool:
 
 
 def _wind_down(code: int) -> int:
-    """Leave as the interpreter would, minus finalization (where gloo can abort a process whose work is done)."""
+    """Leave as the interpreter would, minus finalization (where gloo can abort a process whose work is done).
+
+    The script's work is over: a Ctrl-C from here on is noted, not raised into the exit handlers, where it cut one
+    short and printed "Exception ignored in atexit callback" under the launcher's line (1 Ctrl-C in 4 pressed as a
+    short job ended, on a busy machine). A rank stuck here is still stopped by its launcher's SIGKILL."""
+    signal.signal(signal.SIGINT, _note_interrupt)
     if code == 0:  # with the strategy a TensorFlow script ran under, when it imported TensorFlow (tf_setup)
         strategy = tf_setup.report()
         note("done", {**strategy, "joined": _joined_its_job() or bool(strategy.get("multi_worker")),
@@ -261,6 +266,11 @@ def _on_sigint(signum: int, frame: object) -> None:
         return
     _interrupted = True
     raise KeyboardInterrupt
+
+
+def _note_interrupt(signum: int, frame: object) -> None:
+    global _interrupted
+    _interrupted = True
 
 
 def _stop_quietly() -> int:
