@@ -56,3 +56,17 @@ def test_a_list_of_specs_keeps_each_methods_options_together():
     assert registry.split_specs("single, deepspeed:zero2,config=ds.json,ddp,fsdp:shard=grad_op,offload") == [
         "single", "deepspeed:zero2,config=ds.json", "ddp", "fsdp:shard=grad_op,offload"]
     assert registry.split_specs("ddp,fdsp") == ["ddp", "fdsp"]  # a typo stays a spec of its own, to be named
+
+
+def test_each_methods_precisions_are_its_strategys():
+    """advise reads a method's precisions from the registry without importing its Strategy (and torch): they must
+    be what the Strategy takes, or advise would rank a run paratrain refuses, or refuse one it runs."""
+    from paratrain.strategies import registry
+
+    checked = 0
+    for entry in registry.entries():
+        if entry.framework == "torch" and entry.implemented:
+            assert entry.precisions is not None, entry.method
+            assert set(entry.precisions) == set(entry.load().supported_precision), entry.method
+            checked += 1
+    assert checked >= 9

@@ -13,7 +13,7 @@ per rank, in the layout each method really uses, so the figures equal what `comp
   granularity; a rank holds the gradients of every tensor that overlaps its partition whole until the step;
 - ``tensor`` (DeepSpeed ZeRO-3): each tensor flattened and cut in N, and tensors under DeepSpeed's persistence
   threshold also kept whole on every rank.
-``bf16-true`` casts the model itself to bf16 under every method that takes it (single, ddp, fsdp): 2 + 2 bytes of
+``bf16-true`` casts the model itself to bf16 under every method that takes it (single, dp, ddp, fsdp): 2 + 2 bytes of
 parameters and gradients, the optimizer's state in bf16 too and no master copy, everything gathered, reduced and
 computed in bf16 (mode ``true`` below); the methods that refuse it are not ranked under it.
 DeepSpeed also keeps an fp32 master copy of its partition when training in fp32 (``master``), and allocates its
@@ -124,7 +124,6 @@ def sixteen_bit(sharding: Sharding, precision: str) -> str:
     if precision == "bf16-true":
         return "true"
     return sharding.sixteen_bit if precision == "bf16-mixed" else ""
-
 
 
 def wire_bytes(sharding: Sharding, precision: str) -> tuple[int, int]:

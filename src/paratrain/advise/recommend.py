@@ -143,9 +143,9 @@ def _refused_precision(m: MethodModel, precision: str) -> str:
     """Why the method does not train in ``precision`` ("" when it does): ranking a method paratrain would refuse to
     start (fp16-mixed under fsdp, bf16-true under DeepSpeed) would advise a run that cannot be made."""
     info = registry.info(m.method)
-    if info.framework != "torch" or not info.implemented:
+    if info.framework != "torch" or info.precisions is None:
         return ""
-    allowed = info.load().supported_precision
+    allowed = info.precisions
     if precision in allowed:
         return ""
     return f"does not run {precision} (it runs {', '.join(p for p in memory.PRECISIONS if p in allowed)})"
@@ -339,11 +339,12 @@ def _what_would_fit(model: ModelSpec, hw: Hardware, plan: memory.Plan, framework
         if change and (spec := _first_fit(model, hw, variant, framework)):
             tips.append(f"{change}: then {spec} fits")
             continue
-        sharded = next(m for m in all_methods() if m.spec == "fsdp")
+        sharded = next(m for m in all_methods() if m.spec in ("fsdp", "deepspeed:zero3")
+                       and not _refused_precision(m, variant.precision))
         for gpus in (2 ** k for k in range(1, 13)):
             if hw.gpus < gpus <= MAX_SUGGESTED_GPUS and _row(model, sharded, replace(hw, gpus=gpus), variant,
                                                                framework).fits:
-                more = f"{gpus} GPUs per node (fsdp shards the state {gpus * hw.nodes} ways)"
+                more = f"{gpus} GPUs per node ({sharded.spec} shards the state {gpus * hw.nodes} ways)"
                 tips.append(f"{change} and {more}" if change else more)
                 break
     if plan.micro_batch > 1:

@@ -272,7 +272,8 @@ def simulate_methods(trainable: Trainable, specs: list[str], plan: Plan, *,
 def attach(result: dict[str, Any], trainable: Trainable, plan: Plan) -> None:
     """Simulate every torch method of ``result`` (advise's) and put the figure in its row as ``simulated``. Under the
     GPU's optimizer path (foreach), as the GPUs advise plans for would run it."""
-    rows = [row for row in result["methods"] if row["framework"] == "torch" and row["runnable"]]
+    rows = [row for row in result["methods"] if row["framework"] == "torch" and row["runnable"]
+            and not (row["unusable_because"] or "").startswith("does not run ")]  # refuses the precision
     done = simulate_methods(trainable, [row["method"] for row in rows], plan, foreach=True)
     for row in rows:
         row["simulated"] = done[row["method"]].to_json()

@@ -14,8 +14,8 @@ children found at the first look are waited for and killed as Horovod would have
 And a Ctrl-C that reached a middleman while it was starting — a spawned interpreter that imports the launcher's
 own modules before Horovod's code puts it in a session of its own — printed an import's KeyboardInterrupt traceback
 (2 Ctrl-C in 16 here, pressed 1.3-1.4 s into a job on a busy machine). The launcher starts each middleman with
-SIGINT held (:func:`holding_sigint`), and the middleman drops a held one: the launcher got the same Ctrl-C and stops
-the job through Horovod's own event.
+SIGINT held (:func:`spawning_with_sigint_held`), and the middleman drops a held one: the launcher got the same
+Ctrl-C and stops the job through Horovod's own event.
 
 horovodrun spawns the middleman by reference to this function (the launcher swaps it in for Horovod's own), so it
 runs in a fresh interpreter, where Horovod's module still holds its own middleman.
@@ -81,7 +81,7 @@ def _tolerant(terminate: Any, grace_s: float) -> Any:
     return stop
 
 
-def holding_sigint(execute: Any) -> Any:
+def spawning_with_sigint_held(execute: Any) -> Any:
     """Horovod's ``safe_shell_exec.execute``, spawning the middleman with SIGINT blocked in the calling thread (a
     spawned process inherits its mask). Only off the main thread, where Horovod calls it for every worker: the
     launcher's own SIGINT is then delivered to its main thread as ever."""

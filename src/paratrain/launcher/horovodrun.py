@@ -157,7 +157,7 @@ def _patient_middlemen() -> Any:
 
     original, execute = safe_shell_exec._exec_middleman, safe_shell_exec.execute
     safe_shell_exec._exec_middleman = horovod_middleman.middleman
-    safe_shell_exec.execute = horovod_middleman.holding_sigint(execute)
+    safe_shell_exec.execute = horovod_middleman.spawning_with_sigint_held(execute)
     try:
         yield
     finally:

@@ -151,8 +151,9 @@ def _stop_strays(signum: int) -> None:
 def _hold_sigint(args) -> None:
     """Each rank starts as ``python -u -m paratrain.launcher.worker …`` still, with SIGINT held until the worker's
     handler is in place (:func:`job.holding_sigint`): torchrun's own ``--no-python`` runs that command as given."""
-    command = job.holding_sigint([sys.executable, "-u", "-m", args.training_script, *args.training_script_args])
-    if command[0] == sys.executable:  # this system cannot hold it: torchrun's usual command
+    python = os.getenv("PYTHON_EXEC", sys.executable)  # torchrun's own choice of interpreter
+    command = job.holding_sigint([python, "-u", "-m", args.training_script, *args.training_script_args])
+    if command[0] == python:  # this system cannot hold it: torchrun's usual command
         return
     args.module, args.no_python = False, True
     args.training_script, args.training_script_args = command[0], command[1:]

@@ -44,7 +44,8 @@ import signal
 # this handler is in place, and is delivered now.
 if __name__ == "__main__":
     signal.signal(signal.SIGINT, lambda signum, _frame: os._exit(128 + signum))
-    signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
+    if hasattr(signal, "pthread_sigmask"):  # not on Windows, where nothing blocked it either
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGINT})
 
 import atexit
 import contextlib
@@ -237,7 +238,11 @@ def _wind_down(code: int) -> int:
 
     The script's work is over: a Ctrl-C from here on is noted, not raised into the exit handlers, where it cut one
     short and printed "Exception ignored in atexit callback" under the launcher's line (1 Ctrl-C in 4 pressed as a
-    short job ended, on a busy machine). A rank stuck here is still stopped by its launcher's SIGKILL."""
+    short job ended, on a busy machine). The rank is then failing (no barrier waits for peers that left); a second
+    Ctrl-C here ends it at once, for an exit handler that does not return (a one-process run's launcher sends no
+    SIGKILL)."""
+    global _winding_down
+    _winding_down = 0
     signal.signal(signal.SIGINT, _note_interrupt)
     if code == 0:  # with the strategy a TensorFlow script ran under, when it imported TensorFlow (tf_setup)
         strategy = tf_setup.report()
@@ -268,9 +273,17 @@ def _on_sigint(signum: int, frame: object) -> None:
     raise KeyboardInterrupt
 
 
+_winding_down = 0  # Ctrl-Cs received while winding down
+
+
 def _note_interrupt(signum: int, frame: object) -> None:
-    global _interrupted
+    global _interrupted, _winding_down
+    _winding_down += 1
+    if _winding_down > 1:
+        flush_output()
+        os._exit(128 + signum)
     _interrupted = True
+    exiting.mark_failing()
 
 
 def _stop_quietly() -> int:

@@ -36,6 +36,9 @@ class MethodInfo:
     also_runs: tuple[str, ...] = ()  # other frameworks whose scripts it runs (Horovod: Keras scripts too)
     costs: tuple[CostModel, ...] = ()  # how its configurations lay state out and communicate (advise ranks them)
     splits_model: bool = False  # it splits the model itself by a plan: only models with one (and blocks) run under it
+    # the precisions its Strategy's supported_precision takes, known without importing it (advise marks a method
+    # that refuses the asked precision n/a; tests/strategies/test_registry.py holds the two equal); None: unknown
+    precisions: tuple[str, ...] | None = None
 
     @property
     def launcher(self) -> str:
@@ -74,20 +77,24 @@ _ENTRIES = [
     MethodInfo(Method.SINGLE, "torch", ("local",),
                "one process, one device: the baseline every other method is measured against",
                "paratrain.strategies.single:SingleStrategy", False,
+               precisions=("fp32", "bf16-mixed", "fp16-mixed", "bf16-true"),
                costs=(CostModel("single", Sharding(), "none", "one device", 12),)),
     MethodInfo(Method.DP, "torch", ("local",),
                "torch.nn.DataParallel: one process drives all local GPUs; simplest, slowest to scale",
                "paratrain.strategies.dp:DataParallelStrategy", False,
+               precisions=("fp32", "bf16-mixed", "fp16-mixed", "bf16-true"),
                costs=(CostModel("dp", Sharding(gathers_outputs=True), "dp",
                                 "one process copying the model to every GPU each step", 11),)),
     MethodInfo(Method.DDP, "torch", ("torchrun",),
                "DistributedDataParallel: one process per device, all-reduced gradients; the default choice",
                "paratrain.strategies.ddp:DDPStrategy", True,
+               precisions=("fp32", "bf16-mixed", "fp16-mixed", "bf16-true"),
                costs=(CostModel("ddp", Sharding(buckets=True), "allreduce",
                                 "a full replica per GPU, gradients all-reduced while backward runs", 0),)),
     MethodInfo(Method.FSDP, "torch", ("torchrun",),
                "FSDP2 fully_shard: shards params, grads and optimizer state when the model does not fit per device",
                "paratrain.strategies.fsdp:FSDPStrategy", True,
+               precisions=("fp32", "bf16-mixed", "bf16-true"),
                costs=(CostModel("fsdp:shard=grad_op", replace(_ALL, gathered="all"), "shard_grads",
                                 "state sharded at rest, parameters gathered once per step (ZeRO-2-like)", 1),
                       CostModel("fsdp:shard=none", Sharding(gathered="all", sixteen_bit="gathered"), "allreduce",
@@ -97,12 +104,14 @@ _ENTRIES = [
     MethodInfo(Method.TP, "torch", ("torchrun",),
                "tensor parallel: each block's matrices split over the ranks, which compute it together on one batch",
                "paratrain.strategies.tp:TensorParallelStrategy", True, splits_model=True,
+               precisions=("fp32", "bf16-mixed"),
                costs=(CostModel("tp", Sharding(tensor_parallel=True), "tp",
                                 "each block's matrices split over one machine's GPUs, activations all-reduced", 15,
                                 one_node=True),)),
     MethodInfo(Method.FSDP_TP, "torch", ("torchrun",),
                "FSDP across groups of tp ranks that split each block's matrices (a 2-D mesh), for the largest models",
                "paratrain.strategies.fsdp_tp:FSDPTPStrategy", True, splits_model=True,
+               precisions=("fp32", "bf16-mixed"),
                costs=(CostModel("fsdp+tp", replace(_ALL, gathered="unit", tensor_parallel=True, tp_size=2), "fsdp_tp",
                                 "tensor parallel in pairs of GPUs, FSDP sharding across the pairs", 18),
                       CostModel("fsdp+tp:tp=8", replace(_ALL, gathered="unit", tensor_parallel=True, tp_size=8),
@@ -110,6 +119,7 @@ _ENTRIES = [
     MethodInfo(Method.PP, "torch", ("torchrun",),
                "pipeline parallel: consecutive blocks on each rank, the batch streamed through them in micro-batches",
                "paratrain.strategies.pp:PipelineStrategy", True, ("pp:1f1b", "pp:gpipe"), splits_model=True,
+               precisions=("fp32", "bf16-mixed"),
                costs=(CostModel("pp:1f1b", Sharding(pipeline="1f1b"), "pp",
                                 "consecutive blocks per GPU, micro-batches streamed through (1F1B)", 16),
                       CostModel("pp:gpipe", Sharding(pipeline="gpipe"), "pp",
@@ -118,6 +128,7 @@ _ENTRIES = [
                "DeepSpeed ZeRO stages 0-3 with optional CPU offload, for very large models",
                "paratrain.strategies.deepspeed:DeepSpeedStrategy", True,
                ("deepspeed:zero1", "deepspeed:zero2", "deepspeed:zero3"),
+               precisions=("fp32", "bf16-mixed", "fp16-mixed"),
                costs=(CostModel("deepspeed:zero1", replace(_ZERO12, optimizer=True), "shard_grads",
                                 "optimizer state sharded", 2),
                       CostModel("deepspeed:zero2", replace(_ZERO12, grads=True, optimizer=True), "shard_grads",
@@ -135,6 +146,7 @@ _ENTRIES = [
     MethodInfo(Method.HOROVOD, "torch", ("horovodrun",),
                "Horovod ring all-reduce through horovodrun; for clusters and scripts already built on Horovod",
                "paratrain.strategies.horovod:HorovodStrategy", True, also_runs=("tensorflow",),
+               precisions=("fp32", "bf16-mixed"),
                costs=(CostModel("horovod", Sharding(fusion_buffer=True), "allreduce",
                                 "a full replica per GPU, Horovod's ring all-reduce", 4),)),
     MethodInfo(Method.MIRRORED, "tensorflow", ("tfconfig",),
