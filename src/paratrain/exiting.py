@@ -45,6 +45,23 @@ def _raise_terminated(signum: int, _frame: object) -> None:
     raise Terminated
 
 
+def _note(signum: int, _frame: object) -> None:
+    global _signalled
+    _signalled = signum
+
+
+def hold_signals() -> None:
+    """Note SIGINT/SIGTERM without raising, until :func:`stop_on_signals`: the command line's imports run meanwhile
+    (paratrain/cli/__init__.py), and an exception raised into them escapes before anything can catch it. Only in
+    the main thread, where handlers can be set."""
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, _note)
+        signal.signal(signal.SIGTERM, _note)
+
+
 def check_signals() -> None:
     """Raise again a signal whose exception was swallowed on its way up. A library's bare ``except:`` around an
     optional import caught the KeyboardInterrupt of a Ctrl-C pressed while `paratrain run` was importing, and the

@@ -79,10 +79,11 @@ def _fail(text: str, code: int) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    _register(args)
-    command = typer.main.get_command(app)
-    args = _optional_values.expand(args, command)  # --activation-checkpointing alone: full
     try:
+        exiting.check_signals()  # one noted while the command line imported (paratrain/cli/__init__.py)
+        _register(args)
+        command = typer.main.get_command(app)
+        args = _optional_values.expand(args, command)  # --activation-checkpointing alone: full
         # What typer's main() does, less its handling of Ctrl-C: it would return a bare 130 and print nothing
         with command.make_context("paratrain", args) as ctx:
             rv = command.invoke(ctx)
